@@ -1,0 +1,30 @@
+"""Distributed locks on Redis for Django and Celery."""
+
+from .exceptions import (
+    BackendUnavailableError,
+    InvalidLockArgumentError,
+    InvalidLockBackendError,
+    LockArgumentTypeError,
+    LockError,
+    LockLostError,
+    LockNotAcquiredError,
+    LockNotOwnedError,
+)
+from .handler import locks
+from .lock import Lock, lock
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "BackendUnavailableError",
+    "InvalidLockArgumentError",
+    "InvalidLockBackendError",
+    "Lock",
+    "LockArgumentTypeError",
+    "LockError",
+    "LockLostError",
+    "LockNotAcquiredError",
+    "LockNotOwnedError",
+    "lock",
+    "locks",
+]

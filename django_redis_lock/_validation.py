@@ -1,0 +1,102 @@
+"""Checks of user-supplied lock arguments, shared by every entry point."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
+
+#: The longest lock name accepted, in characters.
+MAX_NAME_LENGTH = 1024
+
+
+def validate_name(name: object) -> str:
+    """Return ``name`` if it is a usable lock name, else raise."""
+    if not isinstance(name, str):
+        raise LockArgumentTypeError(
+            f"Lock name must be a str, not {type(name).__name__}: {name!r}."
+        )
+    if not name:
+        raise InvalidLockArgumentError("Lock name must not be empty.")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidLockArgumentError(
+            f"Lock name must be at most {MAX_NAME_LENGTH} characters, got {len(name)}: "
+            f"{name[:40]!r}...",
+            lock_name=name,
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidLockArgumentError(
+            f"Lock name must be encodable as UTF-8 ({exc.reason}): {name!r}."
+        ) from None
+    return name
+
+
+def _number(value: object, argument: str, lock_name: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LockArgumentTypeError(
+            f"{argument} must be a number of seconds, not {type(value).__name__}: {value!r}.",
+            lock_name=lock_name,
+        )
+    return float(value)
+
+
+def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None = None) -> float:
+    """Return ``value`` as seconds if it is a positive, finite lease of at least 1 ms."""
+    seconds = _number(value, argument, lock_name)
+    if not math.isfinite(seconds) or seconds < 0.001:
+        raise InvalidLockArgumentError(
+            f"{argument} must be a finite number of seconds of at least 0.001, got {value!r}.",
+            lock_name=lock_name,
+        )
+    return seconds
+
+
+def validate_timeout(
+    value: object, *, argument: str = "timeout", lock_name: str | None = None
+) -> float | None:
+    """Return ``value`` as seconds (``None`` means wait forever) if it is >= 0 and finite."""
+    if value is None:
+        return None
+    seconds = _number(value, argument, lock_name)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidLockArgumentError(
+            f"{argument} must be None or a finite number of seconds >= 0, got {value!r}.",
+            lock_name=lock_name,
+        )
+    return seconds
+
+
+def validate_limit(value: object, *, lock_name: str | None = None) -> int:
+    """Return ``value`` if it is a whole number of concurrent holders >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LockArgumentTypeError(
+            f"limit must be an int, not {type(value).__name__}: {value!r}.", lock_name=lock_name
+        )
+    if value < 1:
+        raise InvalidLockArgumentError(
+            f"limit must be at least 1, got {value!r}.", lock_name=lock_name
+        )
+    return value
+
+
+def validate_metadata(value: object, *, lock_name: str | None = None) -> dict[str, Any]:
+    """Return a copy of ``value`` if it is a JSON-serialisable mapping (or None)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise LockArgumentTypeError(
+            f"metadata must be a dict, not {type(value).__name__}: {value!r}.",
+            lock_name=lock_name,
+        )
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise LockArgumentTypeError(
+            f"metadata must be JSON-serialisable: {exc} in {value!r}.", lock_name=lock_name
+        ) from exc
+    return dict(value)

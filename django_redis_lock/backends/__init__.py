@@ -1,0 +1,1 @@
+"""Lock backends: the small atomic primitives a :class:`~django_redis_lock.lock.Lock` uses."""

@@ -1,0 +1,201 @@
+"""The contract every lock backend fulfils.
+
+A backend stores leases; it knows nothing of threads, waiting deadlines or context managers,
+which live once, in :class:`django_redis_lock.lock.Lock`. Each primitive is atomic on the
+server: acquire, release, extend and force-release either happen whole or not at all.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._validation import validate_ttl
+from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
+
+__all__ = [
+    "AcquireResult",
+    "BaseLockBackend",
+    "LockInfo",
+    "glob_escape",
+    "glob_to_regex",
+    "option_seconds",
+]
+
+
+@dataclass(frozen=True)
+class AcquireResult:
+    """What one acquire attempt did.
+
+    On success ``fencing_token`` is the holder's token (the same for every reentrant acquire)
+    and ``holds`` its hold count. On failure ``retry_after`` is the number of seconds until
+    the earliest current lease ends, so a waiter never sleeps past it.
+    """
+
+    acquired: bool
+    fencing_token: int | None = None
+    holds: int = 0
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One holder of one lock, as listed by :meth:`BaseLockBackend.iter_locks`.
+
+    A lock with ``limit`` > 1 (a semaphore) yields one ``LockInfo`` per holder. Durations
+    are measured on the backend's clock, so clock skew between machines does not matter.
+    ``host``, ``pid`` and ``thread`` say where the holder runs; ``metadata`` is the dict the
+    holder passed to :func:`~django_redis_lock.lock`.
+    """
+
+    name: str
+    owner: str
+    holds: int
+    ttl: float
+    fencing_token: int
+    acquired_at: dt.datetime
+    held_for: float
+    host: str | None = None
+    pid: int | None = None
+    thread: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class BaseLockBackend:
+    """Base class of lock backends; subclasses provide the primitives below.
+
+    Durations are seconds as floats (millisecond precision) everywhere in this API.
+    ``owner`` is an opaque token chosen by the caller; the backend only compares it.
+    """
+
+    #: OPTIONS accepted by every backend; subclasses add theirs.
+    options: ClassVar[frozenset[str]] = frozenset({"key_prefix", "ttl"})
+
+    def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
+        if not isinstance(key_prefix, str) or not key_prefix:
+            raise InvalidLockBackendError(f"key_prefix must be a non-empty str, got {key_prefix!r}.")
+        if "{" in key_prefix or "}" in key_prefix:
+            raise InvalidLockBackendError(
+                f"key_prefix must not contain '{{' or '}}' (they mark the Redis Cluster hash "
+                f"tag), got {key_prefix!r}."
+            )
+        self.key_prefix = key_prefix
+        self.default_ttl = option_seconds("ttl", ttl)
+
+    def acquire(
+        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: dict[str, Any]
+    ) -> AcquireResult:
+        """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
+
+        Reentrant: an owner that already holds the lock gets its hold count increased, its
+        lease lengthened to at least ``ttl``, and its existing fencing token.
+        """
+        raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
+
+    def release(self, name: str, owner: str) -> int | None:
+        """Drop one hold of ``owner``; return the holds left, or None if it held nothing."""
+        raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
+
+    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+        """Add ``ttl`` seconds to the lease (or set it, with ``replace``).
+
+        Return the new remaining lease in seconds, or None if ``owner`` holds nothing.
+        """
+        raise NotImplementedError("subclasses of BaseLockBackend must provide an extend() method")
+
+    def ttl(self, name: str, owner: str | None = None) -> float | None:
+        """Return the seconds left of ``owner``'s lease, or of the longest one if no owner.
+
+        None means ``owner`` (or anyone) does not hold the lock.
+        """
+        raise NotImplementedError("subclasses of BaseLockBackend must provide a ttl() method")
+
+    def wait(self, name: str, timeout: float) -> None:
+        """Block for at most ``timeout`` seconds, returning early when ``name`` may be free."""
+        raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
+
+    def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
+        """Yield every holder of every held lock whose name matches the glob ``pattern``.
+
+        The pattern uses Redis glob syntax (``*``, ``?``, ``[abc]``, ``\\`` escapes); pass
+        ``glob_escape(name)`` to match one name exactly.
+        """
+        raise NotImplementedError(
+            "subclasses of BaseLockBackend must provide an iter_locks() method"
+        )
+
+    def force_release(self, name: str, owner: str | None = None) -> int:
+        """Remove every holder of ``name`` (or only ``owner``); return how many were removed.
+
+        The lock's holders are not told: use this for locks whose holders are known dead.
+        """
+        raise NotImplementedError(
+            "subclasses of BaseLockBackend must provide a force_release() method"
+        )
+
+    def ping(self) -> None:
+        """Raise :class:`~django_redis_lock.BackendUnavailableError` if unreachable."""
+
+    def close(self) -> None:
+        """Release connections and other resources; the backend may be used again later."""
+
+    def lock_info(self, name: str) -> list[LockInfo]:
+        """Return the holders of exactly the lock ``name`` (an empty list when free)."""
+        return [info for info in self.iter_locks(glob_escape(name)) if info.name == name]
+
+    def locked(self, name: str) -> bool:
+        """Return whether anyone holds ``name``."""
+        return self.ttl(name) is not None
+
+
+def option_seconds(option: str, value: object) -> float:
+    """Return the duration OPTION ``option`` as seconds, or raise InvalidLockBackendError."""
+    try:
+        return validate_ttl(value, argument=option)
+    except InvalidLockArgumentError as exc:
+        raise InvalidLockBackendError(str(exc)) from None
+
+
+_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
+
+
+def glob_escape(name: str) -> str:
+    """Return a Redis glob pattern that matches exactly ``name``."""
+    return _GLOB_SPECIAL.sub(r"\\\1", name)
+
+
+def glob_to_regex(pattern: str) -> re.Pattern[str]:
+    """Compile a Redis glob pattern (``*``, ``?``, ``[...]``, ``[^...]``, ``\\``) to a regex."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        char = pattern[i]
+        if char == "\\" and i + 1 < n:
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if char == "*":
+            out.append(".*")
+        elif char == "?":
+            out.append(".")
+        elif char == "[":
+            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] == "^" else i + 1)
+            if end == -1:
+                out.append(re.escape(char))
+            else:
+                body = pattern[i + 1 : end]
+                negate = body.startswith("^")
+                body = body[1:] if negate else body
+                escaped = "".join(
+                    c if c == "-" else re.escape(c) for c in body.replace("\\", "")
+                )
+                out.append(f"[{'^' if negate else ''}{escaped}]")
+                i = end + 1
+                continue
+        else:
+            out.append(re.escape(char))
+        i += 1
+    return re.compile("".join(out) + r"\Z", re.DOTALL)

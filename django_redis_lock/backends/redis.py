@@ -1,0 +1,242 @@
+"""Locks on one Redis server (standalone, or the primary a URL points at).
+
+Every primitive is one Lua script run with ``EVALSHA`` (loaded again on ``NOSCRIPT``), so each
+is atomic and costs one round trip. See ``lua/`` for the key layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import inspect
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.retry import Retry
+
+from ..exceptions import BackendUnavailableError, InvalidLockBackendError
+from ._scripts import SCRIPT_NAMES, source
+from .base import AcquireResult, BaseLockBackend, LockInfo, glob_escape, option_seconds
+
+__all__ = ["RedisBackend", "redact_url"]
+
+logger = logging.getLogger("django_redis_lock")
+
+#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through.
+CONNECTION_OPTIONS: frozenset[str] = frozenset(
+    name
+    for cls in (
+        redis.ConnectionPool,
+        redis.Connection,
+        redis.SSLConnection,
+        redis.UnixDomainSocketConnection,
+    )
+    for name, param in inspect.signature(cls.__init__).parameters.items()
+    if param.kind is inspect.Parameter.KEYWORD_ONLY or param.kind is param.POSITIONAL_OR_KEYWORD
+) - {"self", "host", "port", "path", "connection_class"}
+
+URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+#: How often a waiter looks again while waiting is not yet signalled by releases.
+POLL_INTERVAL = 0.05
+
+_SUFFIX_HOLDERS = "h"
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+class RedisBackend(BaseLockBackend):
+    """Locks stored on one Redis server.
+
+    OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
+    (default lease), ``fencing_ttl`` (how long a fencing counter outlives its lock),
+    ``socket_timeout`` and ``socket_connect_timeout`` (seconds; every call fails within them
+    when Redis is unreachable), and any keyword argument of redis-py's connection pool
+    (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
+    """
+
+    options: ClassVar[frozenset[str]] = (
+        BaseLockBackend.options
+        | {"url", "fencing_ttl", "socket_timeout", "socket_connect_timeout"}
+        | CONNECTION_OPTIONS
+    )
+    url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
+
+    def __init__(
+        self,
+        *,
+        url: str = "redis://127.0.0.1:6379/0",
+        key_prefix: str = "lock",
+        ttl: float = 30.0,
+        fencing_ttl: float = 86400.0,
+        socket_timeout: float = 5.0,
+        socket_connect_timeout: float = 5.0,
+        **connection_options: Any,
+    ) -> None:
+        super().__init__(key_prefix=key_prefix, ttl=ttl)
+        scheme = urlsplit(url).scheme if isinstance(url, str) else None
+        if scheme not in self.url_schemes:
+            raise InvalidLockBackendError(
+                f"url must start with redis://, rediss:// or unix://, got {redact_url(str(url))!r}."
+            )
+        self.url = url
+        self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
+        # No automatic retry: a script re-sent after a lost reply could count a hold twice.
+        connection_options.setdefault("retry", Retry(NoBackoff(), 0))
+        self.client: redis.Redis = redis.Redis.from_url(
+            url,
+            socket_timeout=option_seconds("socket_timeout", socket_timeout),
+            socket_connect_timeout=option_seconds("socket_connect_timeout", socket_connect_timeout),
+            **connection_options,
+        )
+        self._scripts: dict[str, Script] = {
+            name: self.client.register_script(source(name)) for name in SCRIPT_NAMES
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} url={redact_url(self.url)!r} prefix={self.key_prefix!r}>"
+
+    # Keys ------------------------------------------------------------------------------------
+
+    def keys(self, name: str) -> tuple[str, str, str]:
+        """Return the holders, data and fence keys of lock ``name``."""
+        base = f"{self.key_prefix}:{{{name}}}:"
+        return base + _SUFFIX_HOLDERS, base + "d", base + "f"
+
+    def _name_from_key(self, key: bytes) -> str:
+        text = key.decode("utf-8")
+        return text[len(self.key_prefix) + 2 : -(len(_SUFFIX_HOLDERS) + 2)]
+
+    @contextlib.contextmanager
+    def _errors(self, name: str | None) -> Iterator[None]:
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise BackendUnavailableError(
+                f"Redis at {redact_url(self.url)} is unavailable: {exc}", lock_name=name
+            ) from exc
+
+    def _run(self, script: str, name: str, args: list[Any], nkeys: int = 2) -> Any:
+        with self._errors(name):
+            return self._scripts[script](keys=self.keys(name)[:nkeys], args=args)
+
+    # Primitives ------------------------------------------------------------------------------
+
+    def acquire(
+        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: dict[str, Any]
+    ) -> AcquireResult:
+        reply = self._run(
+            "acquire",
+            name,
+            [owner, _ms(ttl), limit, json.dumps(metadata), _ms(self.fencing_ttl)],
+            nkeys=3,
+        )
+        if reply[0] == 1:
+            return AcquireResult(True, fencing_token=int(reply[1]), holds=int(reply[2]))
+        return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
+
+    def release(self, name: str, owner: str) -> int | None:
+        holds = int(self._run("release", name, [owner]))
+        return None if holds < 0 else holds
+
+    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+        ms = int(self._run("extend", name, [owner, _ms(ttl), "1" if replace else "0"]))
+        return None if ms < 0 else ms / 1000
+
+    def ttl(self, name: str, owner: str | None = None) -> float | None:
+        ms = int(self._run("ttl", name, [owner or ""]))
+        return None if ms < 0 else ms / 1000
+
+    def wait(self, name: str, timeout: float) -> None:
+        time.sleep(max(0.001, min(timeout, POLL_INTERVAL)))
+
+    def force_release(self, name: str, owner: str | None = None) -> int:
+        return int(self._run("force_release", name, [owner or ""]))
+
+    def ping(self) -> None:
+        with self._errors(None):
+            self.client.ping()
+
+    def close(self) -> None:
+        self.client.connection_pool.disconnect()
+
+    # Listing ---------------------------------------------------------------------------------
+
+    def iter_locks(self, pattern: str = "*", *, batch_size: int = 500) -> Iterator[LockInfo]:
+        match = f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
+        with self._errors(None):
+            batch: list[bytes] = []
+            for key in self.client.scan_iter(match=match, count=batch_size, _type="zset"):
+                batch.append(key)
+                if len(batch) >= batch_size:
+                    yield from self._read_batch(batch)
+                    batch = []
+            if batch:
+                yield from self._read_batch(batch)
+
+    def _read_batch(self, keys: list[bytes]) -> Iterator[LockInfo]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        names = [self._name_from_key(key) for key in keys]
+        for key, name in zip(keys, names):
+            pipe.zrange(key, 0, -1, withscores=True)
+            pipe.hgetall(self.keys(name)[1])
+        replies = pipe.execute()
+        seconds, micros = replies[0]
+        now_ms = seconds * 1000 + micros // 1000
+        for index, name in enumerate(names):
+            holders, data = replies[1 + 2 * index], replies[2 + 2 * index]
+            for owner_bytes, ends in holders:
+                if ends <= now_ms:
+                    continue
+                yield _info(name, owner_bytes.decode(), ends - now_ms, data, now_ms)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _info(name: str, owner: str, ttl_ms: float, data: dict[bytes, bytes], now_ms: int) -> LockInfo:
+    def field(suffix: str, default: bytes = b"0") -> bytes:
+        return data.get(f"{owner}{suffix}".encode(), default)
+
+    acquired_ms = int(field("|t"))
+    try:
+        holder = json.loads(field("|m", b"{}"))
+    except ValueError:
+        holder = {}
+    if not isinstance(holder, dict):
+        holder = {}
+    return LockInfo(
+        name=name,
+        owner=owner,
+        holds=int(field("")),
+        ttl=ttl_ms / 1000,
+        fencing_token=int(field("|f")),
+        acquired_at=dt.datetime.fromtimestamp(acquired_ms / 1000, tz=dt.timezone.utc),
+        held_for=max(0, now_ms - acquired_ms) / 1000,
+        host=holder.get("host"),
+        pid=holder.get("pid"),
+        thread=holder.get("thread"),
+        metadata=holder.get("data") or {},
+    )

@@ -1,0 +1,68 @@
+"""Exceptions raised by django-redis-lock.
+
+Every runtime failure of a lock derives from one root, so ``except LockError`` catches them
+all. Configuration mistakes are different: they derive from Django's
+``ImproperlyConfigured`` only, so a bad setting is never swallowed by a lock handler::
+
+    LockError                       a lock operation failed (carries ``lock_name``)
+    ├── LockNotAcquiredError        blocking acquire timed out, or a try-acquire failed
+    ├── LockNotOwnedError           release/extend by an owner that does not hold the lock
+    ├── LockLostError               the lease ended (or was taken) while the holder worked
+    ├── BackendUnavailableError     Redis could not be reached within the socket timeout
+    └── InvalidLockArgumentError    a bad name, ttl, timeout or metadata (also a ValueError)
+        └── LockArgumentTypeError   an argument of the wrong type (also a TypeError)
+
+    ImproperlyConfigured (Django)
+    └── InvalidLockBackendError     the LOCKS setting is wrong
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+__all__ = [
+    "BackendUnavailableError",
+    "InvalidLockArgumentError",
+    "InvalidLockBackendError",
+    "LockArgumentTypeError",
+    "LockError",
+    "LockLostError",
+    "LockNotAcquiredError",
+    "LockNotOwnedError",
+]
+
+
+class LockError(Exception):
+    """Root of every runtime lock failure; ``lock_name`` names the lock involved."""
+
+    def __init__(self, message: str, *, lock_name: str | None = None) -> None:
+        super().__init__(message)
+        self.lock_name = lock_name
+
+
+class LockNotAcquiredError(LockError):
+    """The lock is held by another owner and could not be acquired in time."""
+
+
+class LockNotOwnedError(LockError):
+    """The caller does not hold the lock it tried to release or extend."""
+
+
+class LockLostError(LockError):
+    """The holder's lease ended, or another owner took the lock, before release."""
+
+
+class BackendUnavailableError(LockError):
+    """The lock backend could not be reached; the original error is chained."""
+
+
+class InvalidLockArgumentError(LockError, ValueError):
+    """An argument of a lock call has a value that cannot work; the message names it."""
+
+
+class LockArgumentTypeError(InvalidLockArgumentError, TypeError):
+    """An argument of a lock call has the wrong type; the message names it."""
+
+
+class InvalidLockBackendError(ImproperlyConfigured):
+    """The ``LOCKS`` setting names a backend or options that cannot work."""

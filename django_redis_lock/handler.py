@@ -1,0 +1,74 @@
+"""``locks``: the alias → backend handler, shaped like Django's ``storages``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from .backends.base import BaseLockBackend
+from .conf import alias_problems, get_locks_setting, problems
+from .exceptions import InvalidLockBackendError
+
+__all__ = ["LocksHandler", "locks"]
+
+
+class LocksHandler:
+    """Build each backend of ``LOCKS`` on first use and keep it for the process's life."""
+
+    def __init__(self, backends: dict[str, Any] | None = None) -> None:
+        self._settings = backends
+        self._backends: dict[str, BaseLockBackend] = {}
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Return the ``LOCKS``-shaped dict this handler serves."""
+        setting = self._settings if self._settings is not None else get_locks_setting()
+        if not isinstance(setting, dict):
+            raise InvalidLockBackendError(problems(setting)[0].msg)
+        return setting
+
+    def __getitem__(self, alias: str) -> BaseLockBackend:
+        try:
+            return self._backends[alias]
+        except KeyError:
+            pass
+        try:
+            config = self.settings[alias]
+        except KeyError:
+            raise InvalidLockBackendError(
+                f"Could not find config for {alias!r} in settings.LOCKS "
+                f"(aliases: {', '.join(map(repr, self.settings)) or 'none'})."
+            ) from None
+        backend = self.create_backend(alias, config)
+        self._backends[alias] = backend
+        return backend
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.settings)
+
+    def create_backend(self, alias: str, config: dict[str, Any]) -> BaseLockBackend:
+        """Build the backend ``config`` describes, after checking it as ``manage.py check`` does."""
+        found = alias_problems(alias, config)
+        if found:
+            raise InvalidLockBackendError(f"{found[0].msg} {found[0].hint}")
+        backend_class: type[BaseLockBackend] = import_string(config["BACKEND"])
+        return backend_class(**config.get("OPTIONS", {}))
+
+    def all(self) -> list[BaseLockBackend]:
+        """Return the backends of every alias, building the ones not built yet."""
+        return [self[alias] for alias in self]
+
+    def close_all(self) -> None:
+        """Close the connections of every backend built so far."""
+        for backend in self._backends.values():
+            backend.close()
+
+    def reset(self) -> None:
+        """Forget every built backend (after closing it) so the next use reads settings again."""
+        self.close_all()
+        self._backends.clear()
+
+
+locks = LocksHandler()

@@ -1,0 +1,51 @@
+"""pytest fixtures for code that uses django-redis-lock.
+
+Enable with ``pytest_plugins = ["django_redis_lock.pytest_plugin"]`` in a ``conftest.py``
+(or ``-p django_redis_lock.pytest_plugin``). Fixtures:
+
+``redis_server``
+    A throw-away :class:`~django_redis_lock.testing.RedisServer`, one per test session.
+``redis_url``
+    Its URL.
+``redis_locks``
+    ``LOCKS`` pointed at that server, with a key prefix unique to the test, for the test's
+    duration (``settings`` fixture of pytest-django not needed).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """Start one throw-away redis-server for the whole session."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    """Return the URL of the session's throw-away redis-server."""
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_locks(redis_url: str) -> Iterator[dict[str, Any]]:
+    """Point LOCKS at the throw-away server, with a key prefix of this test's own."""
+    from django.test import override_settings
+
+    value = {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": redis_url, "key_prefix": f"test-{secrets.token_hex(4)}"},
+        }
+    }
+    with override_settings(LOCKS=value):
+        yield value

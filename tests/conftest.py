@@ -1,0 +1,72 @@
+"""Fixtures shared by the test suite; every Redis here is a throw-away server we started."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_py
+from django.test import override_settings
+
+from django_redis_lock import locks
+from django_redis_lock.backends.base import BaseLockBackend
+from django_redis_lock.testing import RedisServer
+
+BACKENDS = ["redis", "locmem"]
+
+
+def locks_setting(url: str, prefix: str) -> dict[str, Any]:
+    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process."""
+    return {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": url, "key_prefix": prefix},
+        },
+        "locmem": {
+            "BACKEND": "django_redis_lock.backends.locmem.LocMemBackend",
+            "OPTIONS": {"key_prefix": prefix},
+        },
+    }
+
+
+@pytest.fixture(autouse=True)
+def _locks_on_test_server(redis_url: str) -> Iterator[str]:
+    """Point LOCKS at the session's server, with a key prefix unique to each test."""
+    prefix = f"t{secrets.token_hex(4)}"
+    with override_settings(LOCKS=locks_setting(redis_url, prefix)):
+        yield prefix
+
+
+@pytest.fixture
+def prefix(_locks_on_test_server: str) -> str:
+    """Return this test's key prefix."""
+    return _locks_on_test_server
+
+
+@pytest.fixture(params=BACKENDS)
+def using(request: pytest.FixtureRequest) -> str:
+    """Run a contract test once per backend: the alias to pass as ``using``."""
+    return "default" if request.param == "redis" else "locmem"
+
+
+@pytest.fixture
+def backend(using: str) -> BaseLockBackend:
+    """Return the backend under test."""
+    return locks[using]
+
+
+@pytest.fixture
+def raw_redis(redis_url: str) -> Iterator[redis_py.Redis]:
+    """A plain client of the session's server, for looking at keys directly."""
+    client = redis_py.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A redis-server of this test alone, for tests that stop, pause or restart it."""
+    with RedisServer() as server:
+        yield server
