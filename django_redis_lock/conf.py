@@ -12,6 +12,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from .backends.base import BaseLockBackend
+from .backends.redis import redact_url
 
 __all__ = ["DEFAULT_ALIAS", "DEFAULT_LOCKS", "Problem", "get_locks_setting", "problems"]
 
@@ -127,7 +128,7 @@ def option_problems(
                 "(see the configuration docs).",
             )
         )
-    schemes = getattr(backend, "url_schemes", None)
+    schemes: frozenset[str] = getattr(backend, "url_schemes", frozenset())
     urls = [options["url"]] if "url" in options else list(options.get("urls", []))
     for url in urls if schemes else []:
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
@@ -135,8 +136,7 @@ def option_problems(
             found.append(
                 Problem(
                     "django_redis_lock.E008",
-                    f"{where}['OPTIONS'] has a URL with an unsupported scheme: "
-                    f"{_redact(url)!r}.",
+                    f"{where}['OPTIONS'] has a URL with an unsupported scheme: {_redact(url)!r}.",
                     f"Use one of: {', '.join(s + '://' for s in sorted(schemes))}.",
                 )
             )
@@ -174,6 +174,4 @@ def _positive_finite(value: object) -> bool:
 
 
 def _redact(url: object) -> str:
-    from .backends.redis import redact_url
-
     return redact_url(url) if isinstance(url, str) else repr(url)

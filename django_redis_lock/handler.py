@@ -49,7 +49,7 @@ class LocksHandler:
         return iter(self.settings)
 
     def create_backend(self, alias: str, config: dict[str, Any]) -> BaseLockBackend:
-        """Build the backend ``config`` describes, after checking it as ``manage.py check`` does."""
+        """Build the backend ``config`` describes, checked as ``manage.py check`` would."""
         found = alias_problems(alias, config)
         if found:
             raise InvalidLockBackendError(f"{found[0].msg} {found[0].hint}")

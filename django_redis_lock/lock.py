@@ -29,10 +29,12 @@ from .backends.base import BaseLockBackend
 from .conf import DEFAULT_ALIAS
 from .exceptions import (
     InvalidLockArgumentError,
+    LockArgumentTypeError,
     LockLostError,
     LockNotAcquiredError,
     LockNotOwnedError,
 )
+from .handler import locks
 
 __all__ = ["Lock", "current_owner", "lock"]
 
@@ -102,8 +104,6 @@ class Lock:
     @property
     def backend(self) -> BaseLockBackend:
         """Return the backend of this lock's alias (built on first use)."""
-        from .handler import locks
-
         return locks[self.using]
 
     @property
@@ -256,7 +256,7 @@ class Lock:
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding this lock."""
         if inspect.iscoroutinefunction(func):
-            raise InvalidLockArgumentError(
+            raise LockArgumentTypeError(
                 f"lock() cannot decorate the coroutine function {func.__qualname__}: "
                 "use alock() for async code.",
                 lock_name=self.name,
@@ -293,6 +293,4 @@ def lock(
     dies frees the lock when it ends. ``timeout`` bounds a blocking acquire (None: wait for
     ever). ``metadata`` is a JSON-serialisable dict shown to anyone listing held locks.
     """
-    return Lock(
-        name, ttl=ttl, blocking=blocking, timeout=timeout, using=using, metadata=metadata
-    )
+    return Lock(name, ttl=ttl, blocking=blocking, timeout=timeout, using=using, metadata=metadata)

@@ -1,6 +1,6 @@
 """Django settings of the test suite. LOCKS is pointed at a throw-away server by conftest."""
 
-SECRET_KEY = "tests-only-not-secret"  # noqa: S105
+SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
 INSTALLED_APPS = [

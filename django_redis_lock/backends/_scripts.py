@@ -12,6 +12,8 @@ SCRIPT_NAMES = ("acquire", "release", "extend", "ttl", "force_release")
 def source(name: str) -> str:
     """Return the full source of script ``name``: the prelude, then the script itself."""
     lua = files(__package__).joinpath("lua")
-    return lua.joinpath("_prelude.lua").read_text("utf-8") + "\n" + lua.joinpath(
-        f"{name}.lua"
-    ).read_text("utf-8")
+    return (
+        lua.joinpath("_prelude.lua").read_text("utf-8")
+        + "\n"
+        + lua.joinpath(f"{name}.lua").read_text("utf-8")
+    )

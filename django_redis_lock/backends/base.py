@@ -76,7 +76,9 @@ class BaseLockBackend:
 
     def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
         if not isinstance(key_prefix, str) or not key_prefix:
-            raise InvalidLockBackendError(f"key_prefix must be a non-empty str, got {key_prefix!r}.")
+            raise InvalidLockBackendError(
+                f"key_prefix must be a non-empty str, got {key_prefix!r}."
+            )
         if "{" in key_prefix or "}" in key_prefix:
             raise InvalidLockBackendError(
                 f"key_prefix must not contain '{{' or '}}' (they mark the Redis Cluster hash "
@@ -189,9 +191,7 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
                 body = pattern[i + 1 : end]
                 negate = body.startswith("^")
                 body = body[1:] if negate else body
-                escaped = "".join(
-                    c if c == "-" else re.escape(c) for c in body.replace("\\", "")
-                )
+                escaped = "".join(c if c == "-" else re.escape(c) for c in body.replace("\\", ""))
                 out.append(f"[{'^' if negate else ''}{escaped}]")
                 i = end + 1
                 continue

@@ -151,7 +151,9 @@ class LocMemBackend(BaseLockBackend):
                             holds=h.holds,
                             ttl=h.ends - now,
                             fencing_token=h.fencing_token,
-                            acquired_at=dt.datetime.fromtimestamp(h.acquired_at, tz=dt.timezone.utc),
+                            acquired_at=dt.datetime.fromtimestamp(
+                                h.acquired_at, tz=dt.timezone.utc
+                            ),
                             held_for=max(0.0, wall - h.acquired_at),
                             host=meta.get("host"),
                             pid=meta.get("pid"),

@@ -96,17 +96,20 @@ class RedisBackend(BaseLockBackend):
         super().__init__(key_prefix=key_prefix, ttl=ttl)
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
         if scheme not in self.url_schemes:
+            shown = redact_url(str(url))
             raise InvalidLockBackendError(
-                f"url must start with redis://, rediss:// or unix://, got {redact_url(str(url))!r}."
+                f"url must start with redis://, rediss:// or unix://, got {shown!r}."
             )
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
         # No automatic retry: a script re-sent after a lost reply could count a hold twice.
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
-        self.client: redis.Redis = redis.Redis.from_url(
+        self.client: redis.Redis[bytes] = redis.Redis.from_url(
             url,
             socket_timeout=option_seconds("socket_timeout", socket_timeout),
-            socket_connect_timeout=option_seconds("socket_connect_timeout", socket_connect_timeout),
+            socket_connect_timeout=option_seconds(
+                "socket_connect_timeout", socket_connect_timeout
+            ),
             **connection_options,
         )
         self._scripts: dict[str, Script] = {
@@ -198,7 +201,7 @@ class RedisBackend(BaseLockBackend):
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         names = [self._name_from_key(key) for key in keys]
-        for key, name in zip(keys, names):
+        for key, name in zip(keys, names, strict=False):
             pipe.zrange(key, 0, -1, withscores=True)
             pipe.hgetall(self.keys(name)[1])
         replies = pipe.execute()

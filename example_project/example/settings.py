@@ -1,0 +1,74 @@
+"""Settings of the example project: a shop whose invoices are locked with django-redis-lock.
+
+Redis is found through the ``REDIS_URL`` environment variable. ``manage.py demo`` starts a
+throw-away server of its own when it is unset.
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Fine for a demo on your machine; never deploy with this key.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
+DEBUG = True
+ALLOWED_HOSTS = ["localhost", "127.0.0.1"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_redis_lock",
+    "shop",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example.urls"
+WSGI_APPLICATION = "example.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# Only the admin uses the database; `manage.py demo` needs no migrations.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": BASE_DIR / "db.sqlite3",
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+USE_TZ = True
+STATIC_URL = "static/"
+
+LOCKS = {
+    "default": {
+        "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+        "OPTIONS": {
+            "url": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            "key_prefix": "example",
+        },
+    },
+}

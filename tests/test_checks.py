@@ -1,0 +1,513 @@
+"""System checks of the LOCKS setting: every id, asserted with its exact message and hint."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis.connection
+from django.conf import settings
+from django.core.checks import ERROR, CheckMessage, Error, run_checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.core.signals import setting_changed
+from django.test import override_settings
+
+from django_redis_lock import locks
+
+REDIS = "django_redis_lock.backends.redis.RedisBackend"
+LOCMEM = "django_redis_lock.backends.locmem.LocMemBackend"
+#: Nothing listens on port 1: a check that connected there would fail.
+DOWN_URL = "redis://127.0.0.1:1/0"
+SECRET = "s3cret"
+
+HINT_E001 = (
+    'Set LOCKS = {"default": {"BACKEND": "django_redis_lock.backends.redis.RedisBackend", '
+    '"OPTIONS": {"url": "redis://..."}}}.'
+)
+HINT_E002 = "Add a 'default' entry: lock() uses it when no alias is given."
+HINT_E003 = 'Use {"BACKEND": "django_redis_lock.backends.redis.RedisBackend"}.'
+HINT_E004 = (
+    "Check the dotted path; the built-in backends are "
+    "django_redis_lock.backends.redis.RedisBackend and "
+    "django_redis_lock.backends.locmem.LocMemBackend."
+)
+HINT_E005 = "A backend must subclass django_redis_lock.backends.base.BaseLockBackend."
+HINT_E006 = "OPTIONS holds the keyword arguments of the backend's constructor."
+HINT_E008 = "Use one of: redis://, rediss://, unix://."
+HINT_E009 = "Durations are seconds; floats give millisecond precision (0.5 is 500 ms)."
+HINT_E010 = (
+    "Every key of a lock starts with the prefix; braces would break the Redis Cluster hash "
+    "tag. The default is 'lock'."
+)
+HINT_E011 = "Check the URL, the network and the server; lock() would fail too."
+
+
+def redis_alias(url: str = DOWN_URL, **options: Any) -> dict[str, Any]:
+    """Return one LOCKS entry for a RedisBackend at ``url``."""
+    return {"BACKEND": REDIS, "OPTIONS": {"url": url, **options}}
+
+
+def lock_checks(*, deploy: bool = False) -> list[CheckMessage]:
+    """Run every registered check; return the messages of this package only."""
+    return [
+        message
+        for message in run_checks(include_deployment_checks=deploy)
+        if (message.id or "").startswith("django_redis_lock.")
+    ]
+
+
+def _announce_locks_changed(*, enter: bool) -> None:
+    # Deleting a setting sends no setting_changed; send it as override_settings would.
+    setting_changed.send(
+        sender=type(settings._wrapped),
+        setting="LOCKS",
+        value=getattr(settings, "LOCKS", None),
+        enter=enter,
+    )
+
+
+@contextmanager
+def without_locks_setting() -> Iterator[None]:
+    """Run the block as if settings.py had no LOCKS at all."""
+    override = override_settings()
+    override.enable()
+    try:
+        del settings.LOCKS
+        _announce_locks_changed(enter=True)
+        yield
+    finally:
+        override.disable()
+        _announce_locks_changed(enter=False)
+
+
+@pytest.fixture
+def connections(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record (and refuse) every attempt of redis-py to open a connection."""
+    attempts: list[object] = []
+
+    def refuse(self: object, *args: object, **kwargs: object) -> None:
+        attempts.append(self)
+        raise redis.ConnectionError("this test forbids connecting to Redis")
+
+    for name in ("connect", "connect_check_health"):
+        if hasattr(redis.connection.AbstractConnection, name):
+            monkeypatch.setattr(redis.connection.AbstractConnection, name, refuse)
+    return attempts
+
+
+# E001 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "type_name"),
+    [(["default"], "list"), ("redis://127.0.0.1:6379/0", "str"), (None, "NoneType")],
+)
+def test_check__locks_not_a_dict__E001(value: object, type_name: str) -> None:
+    with override_settings(LOCKS=value):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS must be a dict of aliases, got {type_name}.",
+                hint=HINT_E001,
+                id="django_redis_lock.E001",
+            )
+        ]
+
+
+# E002 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [{}, {"other": {"BACKEND": LOCMEM}}])
+def test_check__no_default_alias__E002(value: dict[str, Any]) -> None:
+    with override_settings(LOCKS=value):
+        assert lock_checks() == [
+            Error("LOCKS has no 'default' alias.", hint=HINT_E002, id="django_redis_lock.E002")
+        ]
+
+
+# E003 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        LOCMEM,  # the import string alone, without the dict around it
+        None,
+        {"OPTIONS": {"key_prefix": "x"}},
+        {"BACKEND": None},
+        {"BACKEND": 42},
+    ],
+)
+def test_check__alias_not_a_dict_or_no_backend__E003(config: object) -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": LOCMEM}, "reports": config}):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['reports'] must be a dict with a 'BACKEND' import string.",
+                hint=HINT_E003,
+                id="django_redis_lock.E003",
+            )
+        ]
+
+
+def test_check__every_bad_alias_is_reported__E002_E003() -> None:
+    with override_settings(LOCKS={"a": None, "b": {}}):
+        assert [(m.id, m.msg) for m in lock_checks()] == [
+            ("django_redis_lock.E002", "LOCKS has no 'default' alias."),
+            ("django_redis_lock.E003", "LOCKS['a'] must be a dict with a 'BACKEND' import string."),
+            ("django_redis_lock.E003", "LOCKS['b'] must be a dict with a 'BACKEND' import string."),
+        ]
+
+
+# E004 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        (
+            "django_redis_lock.backends.nope.NopeBackend",
+            "No module named 'django_redis_lock.backends.nope'",
+        ),
+        (
+            "django_redis_lock.backends.redis.RedisBackendd",
+            'Module "django_redis_lock.backends.redis" does not define a "RedisBackendd" '
+            "attribute/class",
+        ),
+        ("RedisBackend", "RedisBackend doesn't look like a module path"),
+    ],
+)
+def test_check__backend_does_not_import__E004(path: str, reason: str) -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": path}}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['BACKEND'] {path!r} could not be imported: {reason}.",
+                hint=HINT_E004,
+                id="django_redis_lock.E004",
+            )
+        ]
+
+
+# E005 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "django_redis_lock.exceptions.LockError",  # a class, not a backend
+        "django_redis_lock.backends.redis.redact_url",  # a function
+        "django.core.cache.backends.locmem.LocMemCache",  # another kind of backend
+        "django_redis_lock.backends.redis.URL_SCHEMES",  # a constant
+    ],
+)
+def test_check__backend_not_a_lock_backend__E005(path: str) -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": path}}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['BACKEND'] {path!r} is not a lock backend.",
+                hint=HINT_E005,
+                id="django_redis_lock.E005",
+            )
+        ]
+
+
+# E006 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "type_name"),
+    [(["url", DOWN_URL], "list"), ("url=redis://", "str"), (None, "NoneType")],
+)
+def test_check__options_not_a_dict__E006(options: object, type_name: str) -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": REDIS, "OPTIONS": options}}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['OPTIONS'] must be a dict, got {type_name}.",
+                hint=HINT_E006,
+                id="django_redis_lock.E006",
+            )
+        ]
+
+
+# E007 ---------------------------------------------------------------------------------------
+
+
+def test_check__unknown_option__E007() -> None:
+    options = {"url": DOWN_URL, "tll": 30}  # url is a RedisBackend option only
+    with override_settings(LOCKS={"default": {"BACKEND": LOCMEM, "OPTIONS": options}}):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['default']['OPTIONS'] has unknown keys for LocMemBackend: 'tll', 'url'.",
+                hint="LocMemBackend accepts: key_prefix, ttl, ... (see the configuration docs).",
+                id="django_redis_lock.E007",
+            )
+        ]
+
+
+def test_check__unknown_redis_option__E007() -> None:
+    with override_settings(LOCKS={"default": redis_alias(pasword=SECRET)}):
+        messages = lock_checks()
+    assert [(m.id, m.msg) for m in messages] == [
+        (
+            "django_redis_lock.E007",
+            "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'pasword'.",
+        )
+    ]
+    assert messages[0].hint.startswith("RedisBackend accepts: ")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("max_connections", 7),
+        ("password", SECRET),
+        ("username", "app"),
+        ("health_check_interval", 15),
+        ("client_name", "locks"),
+    ],
+)
+def test_check__redis_pool_keyword__accepted(
+    option: str, value: object, connections: list[object]
+) -> None:
+    with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
+        assert lock_checks() == []
+        pool = locks["default"].client.connection_pool
+        passed = {"max_connections": pool.max_connections, **pool.connection_kwargs}
+        assert passed[option] == value
+    assert connections == []
+
+
+# E008 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://127.0.0.1:6379/0", "http://127.0.0.1:6379/0"),
+        ("http://user:s3cret@127.0.0.1:6379/0", "http://user:***@127.0.0.1:6379/0"),
+        ("http://:s3cret@cache.internal/0", "http://:***@cache.internal/0"),
+        ("127.0.0.1:6379", "127.0.0.1:6379"),
+        ("", ""),
+    ],
+)
+def test_check__unsupported_url_scheme__E008(url: str, shown: str) -> None:
+    with override_settings(LOCKS={"default": redis_alias(url)}):
+        messages = lock_checks()
+    assert messages == [
+        Error(
+            f"LOCKS['default']['OPTIONS'] has a URL with an unsupported scheme: {shown!r}.",
+            hint=HINT_E008,
+            id="django_redis_lock.E008",
+        )
+    ]
+    assert SECRET not in str(messages[0])
+
+
+def test_check__unsupported_url_scheme__hides_query_password__E008() -> None:
+    # redis-py reads ?password=... as the password, so it is as secret as user:password@.
+    with override_settings(LOCKS={"default": redis_alias(f"http://127.0.0.1:6379/0?password={SECRET}")}):
+        messages = lock_checks()
+    assert [m.id for m in messages] == ["django_redis_lock.E008"]
+    assert SECRET not in str(messages[0])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:1/0",
+        "rediss://user:s3cret@cache.internal:6380/2",
+        "unix:///run/redis/redis.sock?db=1",
+    ],
+)
+def test_check__supported_url_scheme__no_error(url: str) -> None:
+    with override_settings(LOCKS={"default": redis_alias(url)}):
+        assert lock_checks() == []
+
+
+# E009 ---------------------------------------------------------------------------------------
+
+DURATIONS = ["ttl", "socket_timeout", "socket_connect_timeout", "fencing_ttl"]
+
+
+@pytest.mark.parametrize("option", DURATIONS)
+@pytest.mark.parametrize("value", [0, -1, 0.0009, math.nan, math.inf, -math.inf, "30", True, None])
+def test_check__duration_not_positive_finite__E009(option: str, value: object) -> None:
+    with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['OPTIONS'][{option!r}] must be a positive finite number of "
+                f"seconds, got {value!r}.",
+                hint=HINT_E009,
+                id="django_redis_lock.E009",
+            )
+        ]
+
+
+def test_check__ttl_not_positive__E009() -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": LOCMEM, "OPTIONS": {"ttl": 0}}}):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['default']['OPTIONS']['ttl'] must be a positive finite number of "
+                "seconds, got 0.",
+                hint=HINT_E009,
+                id="django_redis_lock.E009",
+            )
+        ]
+
+
+@pytest.mark.parametrize("option", DURATIONS)
+@pytest.mark.parametrize("value", [0.001, 0.5, 30, 86400.0])
+def test_check__duration_positive__no_error(option: str, value: float) -> None:
+    with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
+        assert lock_checks() == []
+
+
+# E010 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["", "{lock}", "lock{", "lock}", 5, None])
+def test_check__bad_key_prefix__E010(prefix: object) -> None:
+    with override_settings(LOCKS={"default": redis_alias(key_prefix=prefix)}):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['default']['OPTIONS']['key_prefix'] must be a non-empty string without "
+                f"braces, got {prefix!r}.",
+                hint=HINT_E010,
+                id="django_redis_lock.E010",
+            )
+        ]
+
+
+# Several problems, valid settings -------------------------------------------------------------
+
+
+def test_check__every_problem_of_an_alias_is_reported__E007_E008_E009_E010() -> None:
+    config = redis_alias("http://cache/0", ttl=0, socket_timeout=-1, key_prefix="", bogus=1)
+    with override_settings(LOCKS={"default": config}):
+        assert [m.id for m in lock_checks()] == [
+            "django_redis_lock.E007",
+            "django_redis_lock.E008",
+            "django_redis_lock.E009",
+            "django_redis_lock.E009",
+            "django_redis_lock.E010",
+        ]
+
+
+def test_check__valid_config__no_errors() -> None:
+    value = {
+        "default": redis_alias(
+            key_prefix="myapp:locks",
+            ttl=0.5,
+            fencing_ttl=3600,
+            socket_timeout=2,
+            socket_connect_timeout=1.5,
+            max_connections=20,
+        ),
+        "local": {"BACKEND": LOCMEM, "OPTIONS": {"key_prefix": "local", "ttl": 10}},
+        "bare": {"BACKEND": LOCMEM},
+    }
+    with override_settings(LOCKS=value):
+        assert lock_checks() == []
+
+
+def test_check__suite_config__no_errors() -> None:
+    assert lock_checks() == []
+
+
+def test_check__no_locks_setting__default_config_no_errors(connections: list[object]) -> None:
+    with without_locks_setting():
+        assert not hasattr(settings, "LOCKS")
+        assert lock_checks() == []
+    assert connections == []
+
+
+# manage.py check ----------------------------------------------------------------------------
+
+
+def test_check_command__bad_setting__raises_with_id() -> None:
+    with (
+        override_settings(LOCKS={"default": redis_alias(ttl=0)}),
+        pytest.raises(SystemCheckError) as raised,
+    ):
+        call_command("check", stdout=io.StringIO(), stderr=io.StringIO())
+    text = str(raised.value)
+    assert "django_redis_lock.E009" in text
+    assert "LOCKS['default']['OPTIONS']['ttl']" in text
+
+
+def test_check_command__good_setting__passes_without_contacting_redis(
+    connections: list[object],
+) -> None:
+    stdout = io.StringIO()
+    with override_settings(LOCKS={"default": redis_alias(DOWN_URL)}):
+        call_command("check", stdout=stdout, stderr=io.StringIO())
+    assert "System check identified no issues" in stdout.getvalue()
+    assert connections == []
+
+
+# E011 (deploy only: contacts every backend) -------------------------------------------------
+
+
+def test_check__deploy_unreachable_backend__E011(redis_url: str) -> None:
+    value = {
+        "default": redis_alias(redis_url),
+        "down": redis_alias(f"redis://user:{SECRET}@127.0.0.1:1/0", socket_connect_timeout=2),
+        "local": {"BACKEND": LOCMEM},
+    }
+    with override_settings(LOCKS=value):
+        messages = lock_checks(deploy=True)
+    assert [(m.id, m.level, m.hint) for m in messages] == [
+        ("django_redis_lock.E011", ERROR, HINT_E011)
+    ]
+    assert messages[0].msg.startswith("LOCKS['down'] cannot be reached: ")
+    assert "user:***@127.0.0.1:1" in messages[0].msg
+    assert SECRET not in messages[0].msg
+
+
+def test_check__deploy_unreachable_backend__hides_query_password__E011() -> None:
+    value = {"default": redis_alias(f"redis://127.0.0.1:1/0?password={SECRET}")}
+    with override_settings(LOCKS=value):
+        messages = lock_checks(deploy=True)
+    assert [m.id for m in messages] == ["django_redis_lock.E011"]
+    assert SECRET not in messages[0].msg
+
+
+def test_check__deploy_server_refuses_command__E011(redis_url: str) -> None:
+    # The server answers, but rejects the connection's setup (no database 99): a report,
+    # not a crash of manage.py check --deploy.
+    value = {"default": redis_alias(redis_url.rsplit("/", 1)[0] + "/99")}
+    with override_settings(LOCKS=value):
+        messages = lock_checks(deploy=True)
+    assert [m.id for m in messages] == ["django_redis_lock.E011"]
+    assert messages[0].msg.startswith("LOCKS['default'] cannot be reached: ")
+
+
+def test_check_command__deploy_unreachable_backend__raises_E011() -> None:
+    value = {"default": redis_alias(f"redis://user:{SECRET}@127.0.0.1:1/0")}
+    with override_settings(LOCKS=value), pytest.raises(SystemCheckError) as raised:
+        call_command("check", "--deploy", stdout=io.StringIO(), stderr=io.StringIO())
+    text = str(raised.value)
+    assert "django_redis_lock.E011" in text
+    assert "LOCKS['default'] cannot be reached" in text
+    assert SECRET not in text
+
+
+def test_check__deploy_reachable_backend__no_E011(redis_url: str) -> None:
+    value = {"default": redis_alias(redis_url), "local": {"BACKEND": LOCMEM}}
+    with override_settings(LOCKS=value):
+        assert lock_checks(deploy=True) == []
+
+
+def test_check__deploy_bad_setting__reports_config_only(connections: list[object]) -> None:
+    with override_settings(LOCKS={"default": redis_alias(DOWN_URL, ttl=0)}):
+        assert [m.id for m in lock_checks(deploy=True)] == ["django_redis_lock.E009"]
+    assert connections == []
+
+
+def test_check__deploy_leaves_process_handler_untouched(redis_url: str) -> None:
+    assert locks._backends == {}
+    assert lock_checks(deploy=True) == []
+    assert locks._backends == {}

@@ -1,0 +1,62 @@
+"""Code run in separate worker processes (spawned, so each is a fresh interpreter)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+
+def setup_django(url: str, prefix: str) -> None:
+    """Configure Django in a spawned process, with LOCKS on the test's server and prefix."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+    from django.test import override_settings
+
+    from .conftest import locks_setting
+
+    django.setup()
+    override_settings(LOCKS=locks_setting(url, prefix)).enable()
+
+
+def count_under_lock(url: str, prefix: str, worker: int, rounds: int) -> None:
+    """Do ``rounds`` read-modify-write increments of a shared counter, each under the lock.
+
+    Each hold is logged as "worker start end" (monotonic ns, a system-wide clock) so the
+    test can check that no two holds overlapped.
+    """
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    counter, log = f"{prefix}:counter", f"{prefix}:holds"
+    guard = lock("shared-counter", ttl=10, timeout=60)
+    for _ in range(rounds):
+        with guard:
+            start = time.monotonic_ns()
+            value = int(client.get(counter) or 0)
+            time.sleep(0.001)  # widen the window in which a lost update would happen
+            client.set(counter, value + 1)
+            end = time.monotonic_ns()
+        client.rpush(log, f"{worker} {start} {end}")
+
+
+def take_over_after_expiry(url: str, prefix: str, name: str) -> None:
+    """Wait for ``name`` to be free, report the fencing token, hold until told to release."""
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    with lock(name, ttl=30, timeout=30) as held:
+        client.rpush(f"{prefix}:taken", str(held.fencing_token))
+        client.blpop([f"{prefix}:may-release"], timeout=30)
+    client.rpush(f"{prefix}:released", "1")
+
+
+def run(target: Any, *args: Any) -> None:
+    """Entry point for spawned processes: call ``target`` with ``args``."""
+    target(*args)
