@@ -13,7 +13,7 @@ from django.apps import AppConfig
 from django.core.checks import CheckMessage, Error, register
 
 from .conf import get_locks_setting, problems
-from .exceptions import BackendUnavailableError, InvalidLockBackendError
+from .exceptions import InvalidLockBackendError, LockError
 from .handler import LocksHandler
 
 __all__ = ["check_connection", "check_settings"]
@@ -38,17 +38,19 @@ def check_connection(
     # A private handler, so a check never leaves connections behind in the process's one.
     handler = LocksHandler(setting)
     errors: list[CheckMessage] = []
-    for alias in handler:
-        try:
-            backend = handler[alias]
-            backend.ping()
-        except (BackendUnavailableError, InvalidLockBackendError) as exc:
-            errors.append(
-                Error(
-                    f"LOCKS[{alias!r}] cannot be reached: {exc}",
-                    hint="Check the URL, the network and the server; lock() would fail too.",
-                    id="django_redis_lock.E011",
+    try:
+        for alias in handler:
+            try:
+                handler[alias].ping()
+            except (LockError, InvalidLockBackendError) as exc:
+                errors.append(
+                    Error(
+                        f"LOCKS[{alias!r}] cannot be reached: {exc}",
+                        hint="Check the URL, the credentials, the network and the server; "
+                        "lock() would fail too.",
+                        id="django_redis_lock.E011",
+                    )
                 )
-            )
-    handler.close_all()
+    finally:
+        handler.close_all()
     return errors

@@ -117,15 +117,21 @@ def option_problems(
 ) -> list[Problem]:
     """Return everything wrong with the OPTIONS of one alias."""
     found: list[Problem] = []
-    unknown = sorted(set(options) - backend.options)
+    unknown = sorted(set(options) - backend.options - backend.connection_options)
     if unknown:
+        passthrough = (
+            ", and redis-py connection keywords such as password, ssl_ca_certs or "
+            "max_connections"
+            if backend.connection_options
+            else ""
+        )
         found.append(
             Problem(
                 "django_redis_lock.E007",
                 f"{where}['OPTIONS'] has unknown keys for {backend.__name__}: "
                 f"{', '.join(map(repr, unknown))}.",
-                f"{backend.__name__} accepts: {', '.join(sorted(backend.options)[:12])}, ... "
-                "(see the configuration docs).",
+                f"{backend.__name__} accepts: {', '.join(sorted(backend.options))}"
+                f"{passthrough}.",
             )
         )
     schemes: frozenset[str] = getattr(backend, "url_schemes", frozenset())
@@ -140,6 +146,16 @@ def option_problems(
                     f"Use one of: {', '.join(s + '://' for s in sorted(schemes))}.",
                 )
             )
+    tls = sorted(name for name in options if name.startswith("ssl_"))
+    if tls and "url" in options and urlsplit(str(options["url"])).scheme != "rediss":
+        found.append(
+            Problem(
+                "django_redis_lock.E012",
+                f"{where}['OPTIONS'] sets TLS options ({', '.join(map(repr, tls))}) but its "
+                "url does not start with rediss://.",
+                "Use a rediss:// URL to connect with TLS, or remove the ssl_* options.",
+            )
+        )
     for option in DURATION_OPTIONS:
         if option in options and not _positive_finite(options[option]):
             found.append(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis as redis_py
+import redis.connection
 from django.test import override_settings
 
 from django_redis_lock import locks
@@ -70,3 +71,18 @@ def own_server() -> Iterator[RedisServer]:
     """A redis-server of this test alone, for tests that stop, pause or restart it."""
     with RedisServer() as server:
         yield server
+
+
+@pytest.fixture
+def connections(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Record (and refuse) every attempt of redis-py to open a connection."""
+    attempts: list[object] = []
+
+    def refuse(self: object, *args: object, **kwargs: object) -> None:
+        attempts.append(self)
+        raise redis_py.ConnectionError("this test forbids connecting to Redis")
+
+    for name in ("connect", "connect_check_health"):
+        if hasattr(redis.connection.AbstractConnection, name):
+            monkeypatch.setattr(redis.connection.AbstractConnection, name, refuse)
+    return attempts

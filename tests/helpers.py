@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.test import override_settings
 
 T = TypeVar("T")
 
@@ -36,3 +41,27 @@ def in_thread(func: Callable[[], T]) -> T:
     if errors:
         raise errors[0]
     return result[0]  # type: ignore[no-any-return]
+
+
+def _announce_locks_changed(*, enter: bool) -> None:
+    # Deleting a setting sends no setting_changed; send it as override_settings would.
+    setting_changed.send(
+        sender=type(settings._wrapped),
+        setting="LOCKS",
+        value=getattr(settings, "LOCKS", None),
+        enter=enter,
+    )
+
+
+@contextmanager
+def without_locks_setting() -> Iterator[None]:
+    """Run the block as if settings.py had no LOCKS at all."""
+    override = override_settings()
+    override.enable()
+    try:
+        del settings.LOCKS
+        _announce_locks_changed(enter=True)
+        yield
+    finally:
+        override.disable()
+        _announce_locks_changed(enter=False)

@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import redis.connection
 from django.conf import settings
 from django.core.checks import ERROR, CheckMessage, Error, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.core.signals import setting_changed
 from django.test import override_settings
 
 from django_redis_lock import locks
+
+from .helpers import without_locks_setting
 
 REDIS = "django_redis_lock.backends.redis.RedisBackend"
 LOCMEM = "django_redis_lock.backends.locmem.LocMemBackend"
@@ -44,7 +42,7 @@ HINT_E010 = (
     "Every key of a lock starts with the prefix; braces would break the Redis Cluster hash "
     "tag. The default is 'lock'."
 )
-HINT_E011 = "Check the URL, the network and the server; lock() would fail too."
+HINT_E011 = "Check the URL, the credentials, the network and the server; lock() would fail too."
 
 
 def redis_alias(url: str = DOWN_URL, **options: Any) -> dict[str, Any]:
@@ -59,45 +57,6 @@ def lock_checks(*, deploy: bool = False) -> list[CheckMessage]:
         for message in run_checks(include_deployment_checks=deploy)
         if (message.id or "").startswith("django_redis_lock.")
     ]
-
-
-def _announce_locks_changed(*, enter: bool) -> None:
-    # Deleting a setting sends no setting_changed; send it as override_settings would.
-    setting_changed.send(
-        sender=type(settings._wrapped),
-        setting="LOCKS",
-        value=getattr(settings, "LOCKS", None),
-        enter=enter,
-    )
-
-
-@contextmanager
-def without_locks_setting() -> Iterator[None]:
-    """Run the block as if settings.py had no LOCKS at all."""
-    override = override_settings()
-    override.enable()
-    try:
-        del settings.LOCKS
-        _announce_locks_changed(enter=True)
-        yield
-    finally:
-        override.disable()
-        _announce_locks_changed(enter=False)
-
-
-@pytest.fixture
-def connections(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Record (and refuse) every attempt of redis-py to open a connection."""
-    attempts: list[object] = []
-
-    def refuse(self: object, *args: object, **kwargs: object) -> None:
-        attempts.append(self)
-        raise redis.ConnectionError("this test forbids connecting to Redis")
-
-    for name in ("connect", "connect_check_health"):
-        if hasattr(redis.connection.AbstractConnection, name):
-            monkeypatch.setattr(redis.connection.AbstractConnection, name, refuse)
-    return attempts
 
 
 # E001 ---------------------------------------------------------------------------------------
@@ -157,8 +116,14 @@ def test_check__every_bad_alias_is_reported__E002_E003() -> None:
     with override_settings(LOCKS={"a": None, "b": {}}):
         assert [(m.id, m.msg) for m in lock_checks()] == [
             ("django_redis_lock.E002", "LOCKS has no 'default' alias."),
-            ("django_redis_lock.E003", "LOCKS['a'] must be a dict with a 'BACKEND' import string."),
-            ("django_redis_lock.E003", "LOCKS['b'] must be a dict with a 'BACKEND' import string."),
+            (
+                "django_redis_lock.E003",
+                "LOCKS['a'] must be a dict with a 'BACKEND' import string.",
+            ),
+            (
+                "django_redis_lock.E003",
+                "LOCKS['b'] must be a dict with a 'BACKEND' import string.",
+            ),
         ]
 
 
@@ -241,7 +206,7 @@ def test_check__unknown_option__E007() -> None:
         assert lock_checks() == [
             Error(
                 "LOCKS['default']['OPTIONS'] has unknown keys for LocMemBackend: 'tll', 'url'.",
-                hint="LocMemBackend accepts: key_prefix, ttl, ... (see the configuration docs).",
+                hint="LocMemBackend accepts: key_prefix, ttl.",
                 id="django_redis_lock.E007",
             )
         ]
@@ -256,7 +221,29 @@ def test_check__unknown_redis_option__E007() -> None:
             "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'pasword'.",
         )
     ]
-    assert messages[0].hint.startswith("RedisBackend accepts: ")
+    assert messages[0].hint == (
+        "RedisBackend accepts: fencing_ttl, key_prefix, socket_connect_timeout, "
+        "socket_timeout, ttl, url, and redis-py connection keywords such as password, "
+        "ssl_ca_certs or max_connections."
+    )
+
+
+def test_check__tls_options_without_rediss_url__E012() -> None:
+    with override_settings(
+        LOCKS={"default": redis_alias(url="redis://h:6379/0", ssl_ca_certs="/ca.pem")}
+    ):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['default']['OPTIONS'] sets TLS options ('ssl_ca_certs') but its url "
+                "does not start with rediss://.",
+                hint="Use a rediss:// URL to connect with TLS, or remove the ssl_* options.",
+                id="django_redis_lock.E012",
+            )
+        ]
+    with override_settings(
+        LOCKS={"default": redis_alias(url="rediss://h:6380/0", ssl_ca_certs="/ca.pem")}
+    ):
+        assert lock_checks() == []
 
 
 @pytest.mark.parametrize(
@@ -308,7 +295,9 @@ def test_check__unsupported_url_scheme__E008(url: str, shown: str) -> None:
 
 def test_check__unsupported_url_scheme__hides_query_password__E008() -> None:
     # redis-py reads ?password=... as the password, so it is as secret as user:password@.
-    with override_settings(LOCKS={"default": redis_alias(f"http://127.0.0.1:6379/0?password={SECRET}")}):
+    with override_settings(
+        LOCKS={"default": redis_alias(f"http://127.0.0.1:6379/0?password={SECRET}")}
+    ):
         messages = lock_checks()
     assert [m.id for m in messages] == ["django_redis_lock.E008"]
     assert SECRET not in str(messages[0])

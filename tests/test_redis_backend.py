@@ -151,6 +151,11 @@ def test_unavailable__lock_calls_raise_backend_unavailable(own_server: RedisServ
         ("redis://user:pw@host/0", "redis://user:***@host/0"),
         ("rediss://host:6380", "rediss://host:6380"),
         ("unix:///tmp/r.sock?db=1", "unix:///tmp/r.sock?db=1"),
+        ("unix:///tmp/r.sock?db=1&password=pw", "unix:/tmp/r.sock?db=1&password=***"),
+        (
+            "redis://host/0?password=pw&ssl_cert_reqs=none",
+            "redis://host/0?password=***&ssl_cert_reqs=none",
+        ),
     ],
 )
 def test_redact_url__hides_passwords(url: str, shown: str) -> None:

@@ -73,6 +73,8 @@ class BaseLockBackend:
 
     #: OPTIONS accepted by every backend; subclasses add theirs.
     options: ClassVar[frozenset[str]] = frozenset({"key_prefix", "ttl"})
+    #: Further OPTIONS passed through to the client library (redis-py's connection pool).
+    connection_options: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
         if not isinstance(key_prefix, str) or not key_prefix:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -29,18 +29,24 @@ __all__ = ["RedisBackend", "redact_url"]
 
 logger = logging.getLogger("django_redis_lock")
 
-#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through.
-CONNECTION_OPTIONS: frozenset[str] = frozenset(
-    name
-    for cls in (
-        redis.ConnectionPool,
-        redis.Connection,
-        redis.SSLConnection,
-        redis.UnixDomainSocketConnection,
+
+def _keywords(*classes: type) -> frozenset[str]:
+    """Return the named keyword arguments of the constructors of ``classes`` and their bases."""
+    return frozenset(
+        name
+        for cls in classes
+        for base in cls.__mro__
+        if "__init__" in vars(base)
+        for name, param in inspect.signature(vars(base)["__init__"]).parameters.items()
+        if param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
     )
-    for name, param in inspect.signature(cls.__init__).parameters.items()
-    if param.kind is inspect.Parameter.KEYWORD_ONLY or param.kind is param.POSITIONAL_OR_KEYWORD
-) - {"self", "host", "port", "path", "connection_class"}
+
+
+#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through.
+#: decode_responses is left out: the backend reads raw bytes.
+CONNECTION_OPTIONS: frozenset[str] = _keywords(
+    redis.ConnectionPool, redis.SSLConnection, redis.UnixDomainSocketConnection
+) - {"self", "host", "port", "path", "connection_class", "decode_responses"}
 
 URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
@@ -51,18 +57,23 @@ _SUFFIX_HOLDERS = "h"
 
 
 def redact_url(url: str) -> str:
-    """Return ``url`` with any password replaced by ``***``."""
+    """Return ``url`` with any password (``user:pw@`` or ``?password=``) replaced by ``***``."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.password is None and all(key != "password" for key, _ in query):
+        return url  # unchanged, and not re-assembled (which would alter unix:/// URLs)
+    if parts.password is not None:
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if port is not None:
+            host = f"{host}:{port}"
+        parts = parts._replace(netloc=f"{user}:***@{host}")
+    redacted = [(key, "***" if key == "password" else value) for key, value in query]
+    return parts._replace(query=urlencode(redacted, safe="*/")).geturl()
 
 
 class RedisBackend(BaseLockBackend):
@@ -75,11 +86,13 @@ class RedisBackend(BaseLockBackend):
     (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
     """
 
-    options: ClassVar[frozenset[str]] = (
-        BaseLockBackend.options
-        | {"url", "fencing_ttl", "socket_timeout", "socket_connect_timeout"}
-        | CONNECTION_OPTIONS
-    )
+    options: ClassVar[frozenset[str]] = BaseLockBackend.options | {
+        "url",
+        "fencing_ttl",
+        "socket_timeout",
+        "socket_connect_timeout",
+    }
+    connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 
     def __init__(
@@ -137,6 +150,12 @@ class RedisBackend(BaseLockBackend):
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise BackendUnavailableError(
                 f"Redis at {redact_url(self.url)} is unavailable: {exc}", lock_name=name
+            ) from exc
+        except redis.RedisError as exc:
+            # A server that answers but refuses (read-only replica, ACL, bad database index)
+            # cannot serve locks either; the cause is kept in the message and the chain.
+            raise BackendUnavailableError(
+                f"Redis at {redact_url(self.url)} refused the command: {exc}", lock_name=name
             ) from exc
 
     def _run(self, script: str, name: str, args: list[Any], nkeys: int = 2) -> Any:

@@ -67,7 +67,7 @@ LOCKS = {
     "default": {
         "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
         "OPTIONS": {
-            "url": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            "url": os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
             "key_prefix": "example",
         },
     },

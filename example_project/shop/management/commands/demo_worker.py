@@ -56,10 +56,8 @@ class Command(BaseCommand):
         counter = demo_key("counter")
         signal(self.client, "ready")
         wait_for(self.client, "go")
-        import contextlib
         for _ in range(rounds):
-            held = lock(LOCK_NAME)
-            with contextlib.nullcontext():
+            with lock(LOCK_NAME, timeout=ACQUIRE_TIMEOUT) as held:
                 self.say(f"acquired {LOCK_NAME} with fencing token {held.fencing_token}")
                 value = int(self.client.get(counter) or 0)
                 time.sleep(WORK)
@@ -89,6 +87,7 @@ class Command(BaseCommand):
         except LockLostError as exc:
             self.say("leaves its with block: LockLostError")
             self.stdout.write(textwrap.indent(textwrap.fill(str(exc), 80), "    "))
+            self.stdout.flush()
         else:
             raise CommandError(f"Worker {self.worker} kept a lock whose lease had ended.")
 
