@@ -1,7 +1,7 @@
 """System checks for the ``LOCKS`` setting (ids ``django_redis_lock.E001`` and up).
 
-The configuration checks never contact a server. ``manage.py check --deploy`` (or
-``--tag django_redis_lock_connection``) also pings every backend.
+The configuration checks never contact a server. ``manage.py check --deploy`` also pings
+every backend (``--deploy --tag django_redis_lock_connection`` runs that check alone).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+from redis.connection import parse_url
 
 from .backends.base import BaseLockBackend
 from .backends.redis import redact_url
@@ -120,8 +121,7 @@ def option_problems(
     unknown = sorted(set(options) - backend.options - backend.connection_options)
     if unknown:
         passthrough = (
-            ", and redis-py connection keywords such as password, ssl_ca_certs or "
-            "max_connections"
+            ", and redis-py connection keywords such as password, ssl_ca_certs or max_connections"
             if backend.connection_options
             else ""
         )
@@ -130,8 +130,7 @@ def option_problems(
                 "django_redis_lock.E007",
                 f"{where}['OPTIONS'] has unknown keys for {backend.__name__}: "
                 f"{', '.join(map(repr, unknown))}.",
-                f"{backend.__name__} accepts: {', '.join(sorted(backend.options))}"
-                f"{passthrough}.",
+                f"{backend.__name__} accepts: {', '.join(sorted(backend.options))}{passthrough}.",
             )
         )
     schemes: frozenset[str] = getattr(backend, "url_schemes", frozenset())
@@ -144,6 +143,19 @@ def option_problems(
                     "django_redis_lock.E008",
                     f"{where}['OPTIONS'] has a URL with an unsupported scheme: {_redact(url)!r}.",
                     f"Use one of: {', '.join(s + '://' for s in sorted(schemes))}.",
+                )
+            )
+            continue
+        try:
+            parse_url(url)
+        except ValueError as exc:
+            found.append(
+                Problem(
+                    "django_redis_lock.E008",
+                    f"{where}['OPTIONS'] has a URL that could not be parsed: "
+                    f"{_redact(url)!r} ({exc}).",
+                    "Write it as redis://[[user]:password@]host[:port][/db], rediss://... "
+                    "or unix:///path/to/socket[?db=N].",
                 )
             )
     tls = sorted(name for name in options if name.startswith("ssl_"))

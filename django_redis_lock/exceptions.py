@@ -5,10 +5,10 @@ all. Configuration mistakes are different: they derive from Django's
 ``ImproperlyConfigured`` only, so a bad setting is never swallowed by a lock handler::
 
     LockError                       a lock operation failed (carries ``lock_name``)
-    ├── LockNotAcquiredError        blocking acquire timed out, or a try-acquire failed
+    ├── LockNotAcquiredError        a ``with`` block could not acquire (in time)
     ├── LockNotOwnedError           release/extend by an owner that does not hold the lock
     ├── LockLostError               the lease ended (or was taken) while the holder worked
-    ├── BackendUnavailableError     Redis could not be reached within the socket timeout
+    ├── BackendUnavailableError     Redis did not answer in time, or refused the command
     └── InvalidLockArgumentError    a bad name, ttl, timeout or metadata (also a ValueError)
         └── LockArgumentTypeError   an argument of the wrong type (also a TypeError)
 
@@ -53,7 +53,7 @@ class LockLostError(LockError):
 
 
 class BackendUnavailableError(LockError):
-    """The lock backend could not be reached; the original error is chained."""
+    """The backend did not answer within its timeout, or refused; the cause is chained."""
 
 
 class InvalidLockArgumentError(LockError, ValueError):

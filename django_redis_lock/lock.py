@@ -84,7 +84,7 @@ class Lock:
         self.name = validate_name(name)
         self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
         if not isinstance(blocking, bool):
-            raise InvalidLockArgumentError(
+            raise LockArgumentTypeError(
                 f"blocking must be True or False, got {blocking!r}.", lock_name=name
             )
         self.blocking = blocking
@@ -113,7 +113,9 @@ class Lock:
 
     @property
     def fencing_token(self) -> int | None:
-        """Return the calling owner's fencing token, or None when it holds nothing.
+        """Return the fencing token of the calling owner's hold, taken through this handle.
+
+        None until this handle acquires for the caller, and again after its last release.
 
         Tokens grow strictly with each new holder of this name: pass yours to the resource
         you write to, so it can refuse a writer whose token is older than one it has seen.
@@ -257,8 +259,8 @@ class Lock:
         """Decorate ``func`` so each call runs while holding this lock."""
         if inspect.iscoroutinefunction(func):
             raise LockArgumentTypeError(
-                f"lock() cannot decorate the coroutine function {func.__qualname__}: "
-                "use alock() for async code.",
+                f"lock() cannot decorate the coroutine function {func.__qualname__}: it "
+                "would hold the lock while the coroutine is created, not while it runs.",
                 lock_name=self.name,
             )
 

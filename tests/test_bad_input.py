@@ -85,7 +85,7 @@ def test_timeout__with_non_blocking_is_refused(using: str) -> None:
 
 
 def test_blocking__must_be_a_bool() -> None:
-    with pytest.raises(InvalidLockArgumentError, match=r"blocking must be True or False, got 1\."):
+    with pytest.raises(LockArgumentTypeError, match=r"blocking must be True or False, got 1\."):
         lock("bad:blocking", blocking=1)  # type: ignore[arg-type]
 
 

@@ -13,7 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_redis_lock import locks
+from django_redis_lock import InvalidLockBackendError, locks
+from django_redis_lock.backends.redis import RedisBackend
 
 from .helpers import without_locks_setting
 
@@ -314,6 +315,27 @@ def test_check__unsupported_url_scheme__hides_query_password__E008() -> None:
 def test_check__supported_url_scheme__no_error(url: str) -> None:
     with override_settings(LOCKS={"default": redis_alias(url)}):
         assert lock_checks() == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://:s3cret@host:abc/0", "redis://host/0?socket_timeout=abc"],
+)
+def test_check__unparsable_url__E008(url: str) -> None:
+    with override_settings(LOCKS={"default": redis_alias(url=url)}):
+        [message] = lock_checks()
+    assert message.id == "django_redis_lock.E008"
+    assert message.msg.startswith("LOCKS['default']['OPTIONS'] has a URL that could not be parsed")
+    assert "s3cret" not in message.msg
+    assert message.hint == (
+        "Write it as redis://[[user]:password@]host[:port][/db], rediss://... "
+        "or unix:///path/to/socket[?db=N]."
+    )
+
+
+def test_runtime__unparsable_url_raises_invalid_backend() -> None:
+    with pytest.raises(InvalidLockBackendError, match="could not be parsed"):
+        RedisBackend(url="redis://host/0?socket_timeout=abc")
 
 
 # E009 ---------------------------------------------------------------------------------------

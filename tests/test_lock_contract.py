@@ -262,7 +262,7 @@ def test_decorator__refuses_coroutine_functions(using: str) -> None:
     async def job() -> None:
         pass
 
-    with pytest.raises(TypeError, match="alock"):
+    with pytest.raises(TypeError, match="while the coroutine is created"):
         lock("contract:async", using=using)(job)
 
 

@@ -151,6 +151,7 @@ def test_unavailable__lock_calls_raise_backend_unavailable(own_server: RedisServ
         ("redis://user:pw@host/0", "redis://user:***@host/0"),
         ("rediss://host:6380", "rediss://host:6380"),
         ("unix:///tmp/r.sock?db=1", "unix:///tmp/r.sock?db=1"),
+        ("redis://u:pw@[::1]:6379/0", "redis://u:***@[::1]:6379/0"),
         ("unix:///tmp/r.sock?db=1&password=pw", "unix:/tmp/r.sock?db=1&password=***"),
         (
             "redis://host/0?password=pw&ssl_cert_reqs=none",

@@ -60,17 +60,15 @@ def redact_url(url: str) -> str:
     """Return ``url`` with any password (``user:pw@`` or ``?password=``) replaced by ``***``."""
     try:
         parts = urlsplit(url)
-        port = parts.port
+        parts.port  # noqa: B018  (raises ValueError for a malformed port)
     except ValueError:
         return "<unparsable URL>"
     query = parse_qsl(parts.query, keep_blank_values=True)
     if parts.password is None and all(key != "password" for key, _ in query):
         return url  # unchanged, and not re-assembled (which would alter unix:/// URLs)
     if parts.password is not None:
-        user = parts.username or ""
-        host = parts.hostname or ""
-        if port is not None:
-            host = f"{host}:{port}"
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
         parts = parts._replace(netloc=f"{user}:***@{host}")
     redacted = [(key, "***" if key == "password" else value) for key, value in query]
     return parts._replace(query=urlencode(redacted, safe="*/")).geturl()
@@ -117,14 +115,19 @@ class RedisBackend(BaseLockBackend):
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
         # No automatic retry: a script re-sent after a lost reply could count a hold twice.
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
-        self.client: redis.Redis[bytes] = redis.Redis.from_url(
-            url,
-            socket_timeout=option_seconds("socket_timeout", socket_timeout),
-            socket_connect_timeout=option_seconds(
-                "socket_connect_timeout", socket_connect_timeout
-            ),
-            **connection_options,
-        )
+        try:
+            self.client: redis.Redis[bytes] = redis.Redis.from_url(
+                url,
+                socket_timeout=option_seconds("socket_timeout", socket_timeout),
+                socket_connect_timeout=option_seconds(
+                    "socket_connect_timeout", socket_connect_timeout
+                ),
+                **connection_options,
+            )
+        except ValueError as exc:
+            raise InvalidLockBackendError(
+                f"url {redact_url(url)!r} could not be parsed: {exc}"
+            ) from None
         self._scripts: dict[str, Script] = {
             name: self.client.register_script(source(name)) for name in SCRIPT_NAMES
         }
