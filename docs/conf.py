@@ -12,13 +12,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sphinx.application import Sphinx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 # autodoc imports the package, and the package reads Django settings: use the test suite's
-# settings, which never contact a server on import.
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+# settings (whatever the shell says), which never contact a server on import.
+os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
 
 import django  # noqa: E402
 
@@ -30,7 +34,7 @@ import django_redis_lock  # noqa: E402
 
 project = "django-redis-lock"
 author = "django-redis-lock contributors"
-copyright = "django-redis-lock contributors"  # noqa: A001
+copyright = "django-redis-lock contributors"
 release = django_redis_lock.__version__
 version = ".".join(release.split(".")[:2])
 
@@ -90,10 +94,10 @@ html_theme_options = {
 }
 
 
-def setup(app: object) -> None:
+def setup(app: Sphinx) -> None:
     """Add the ``setting`` role and directive, as Django's own documentation has them."""
     # With intersphinx on, :setting:`STORAGES` links to Django's documentation.
-    app.add_crossref_type(  # type: ignore[attr-defined]
+    app.add_crossref_type(
         directivename="setting",
         rolename="setting",
         indextemplate="pair: %s; setting",
