@@ -2,7 +2,7 @@
 
 Run it outside pytest, from the repository root::
 
-    python benchmarks/bench.py [--seconds 3] [--rounds 3] [--warmup 0.5] [--json]
+    python benchmarks/bench.py [--seconds 3] [--rounds 3] [--warmup 0.5] [--slice 0.25] [--json]
 
 It starts a throw-away ``redis-server`` (never a developer's Redis) and configures Django in
 this process. Each scenario is warmed up, then timed for ``--seconds`` per round, ``--rounds``
@@ -45,7 +45,7 @@ class Env:
     """What scenarios share: the server's URL and a plain redis-py client of it."""
 
     url: str
-    client: redis.Redis
+    client: redis.Redis[bytes]
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def run(
     return results
 
 
-def leftover_keys(client: redis.Redis, prefix: str) -> dict[str, int]:
+def leftover_keys(client: redis.Redis[bytes], prefix: str) -> dict[str, int]:
     """Count the keys under ``prefix``: fencing counters (``:f``) and any others."""
     counts = {"fencing": 0, "other": 0}
     for key in client.scan_iter(match=f"{prefix}:*", count=1000):
@@ -243,7 +243,7 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def describe_machine(client: redis.Redis) -> dict[str, Any]:
+def describe_machine(client: redis.Redis[bytes]) -> dict[str, Any]:
     """Return the versions and hardware a reader needs to judge the numbers."""
     from redis.utils import HIREDIS_AVAILABLE
 
@@ -277,7 +277,7 @@ def summarise(results: Sequence[Result]) -> list[dict[str, Any]]:
                 "label": scenario.label,
                 "ops_per_s": round(result.rate, 1),
                 "us_per_op": round(result.micros, 2),
-                "round_trips": round(result.micros / floor.micros, 2),
+                "round_trips_implied": round(result.micros / floor.micros, 2),
                 "vs_redis_py": None if is_floor else round(result.rate / reference.rate, 3),
                 # A cycle needs `round_trips` PINGs' worth of time at the very least.
                 "vs_floor": None
@@ -304,7 +304,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     for row in rows:
         lines.append(
             f"{row['label']:<24}{row['ops_per_s']:>10,.0f}{row['us_per_op']:>9.1f}"
-            f"{row['round_trips']:>7.2f}{ratio(row['vs_redis_py']):>13}"
+            f"{row['round_trips_implied']:>7.2f}{ratio(row['vs_redis_py']):>13}"
             f"{ratio(row['vs_floor']):>10}{row['spread']:>8.1%}"
         )
     return "\n".join(lines)

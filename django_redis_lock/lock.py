@@ -25,7 +25,7 @@ from ._validation import (
     validate_timeout,
     validate_ttl,
 )
-from .backends.base import BaseLockBackend
+from .backends.base import BaseLockBackend, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import (
     InvalidLockArgumentError,
@@ -97,6 +97,7 @@ class Lock:
         self.using = using
         self.metadata = validate_metadata(metadata, lock_name=name)
         self._fencing: dict[str, int] = {}
+        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} using={self.using!r}>"
@@ -146,7 +147,7 @@ class Lock:
         backend, owner, lease = self.backend, current_owner(), self.lease
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout
-        holder = self._holder_metadata()
+        holder = self._holder_json()
         while True:
             result = backend.acquire(self.name, owner, ttl=lease, metadata=holder)
             if result.acquired:
@@ -271,13 +272,16 @@ class Lock:
 
         return locked_call
 
-    def _holder_metadata(self) -> dict[str, Any]:
-        return {
-            "host": _HOST,
-            "pid": os.getpid(),
-            "thread": threading.current_thread().name,
-            "data": self.metadata,
-        }
+    def _holder_json(self) -> str:
+        # Serialised once per thread (and again in a forked child, whose pid differs).
+        cached: tuple[int, str] | None = getattr(self._local, "holder", None)
+        pid = os.getpid()
+        if cached is None or cached[0] != pid:
+            text = holder_metadata(
+                host=_HOST, pid=pid, thread=threading.current_thread().name, data=self.metadata
+            )
+            cached = self._local.holder = (pid, text)
+        return cached[1]
 
 
 def lock(

@@ -15,7 +15,7 @@ from django_redis_lock import (
     LockNotOwnedError,
     lock,
 )
-from django_redis_lock.backends.base import BaseLockBackend, glob_escape
+from django_redis_lock.backends.base import BaseLockBackend, glob_escape, holder_metadata
 
 from .helpers import eventually, in_thread
 
@@ -326,7 +326,7 @@ def test_force_release__only_the_named_owner(using: str, backend: BaseLockBacken
 
 
 def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend) -> None:
-    meta = {"host": "h", "pid": 1, "thread": "t", "data": {}}
+    meta = holder_metadata(host="h", pid=1, thread="t")
     assert backend.acquire("contract:sem", "a", ttl=10, limit=2, metadata=meta).acquired
     assert backend.acquire("contract:sem", "b", ttl=10, limit=2, metadata=meta).acquired
     refused = backend.acquire("contract:sem", "c", ttl=10, limit=2, metadata=meta)
@@ -342,7 +342,7 @@ def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend)
 def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     using: str, backend: BaseLockBackend
 ) -> None:
-    meta = {"host": "h", "pid": 1, "thread": "t", "data": {}}
+    meta = holder_metadata(host="h", pid=1, thread="t")
     assert backend.acquire("contract:sem-dead", "dead", ttl=0.1, limit=2, metadata=meta).acquired
     assert backend.acquire("contract:sem-dead", "live", ttl=10, limit=2, metadata=meta).acquired
     eventually(lambda: backend.ttl("contract:sem-dead", "dead") is None)

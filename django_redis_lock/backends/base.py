@@ -8,10 +8,11 @@ server: acquire, release, extend and force-release either happen whole or not at
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from .._validation import validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
@@ -22,12 +23,13 @@ __all__ = [
     "LockInfo",
     "glob_escape",
     "glob_to_regex",
+    "holder_metadata",
     "option_seconds",
+    "parse_holder_metadata",
 ]
 
 
-@dataclass(frozen=True)
-class AcquireResult:
+class AcquireResult(NamedTuple):
     """What one acquire attempt did.
 
     On success ``fencing_token`` is the holder's token (the same for every reentrant acquire)
@@ -63,6 +65,43 @@ class LockInfo:
     thread: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_record(
+        cls,
+        *,
+        name: str,
+        owner: str,
+        holds: int,
+        ttl: float,
+        fencing_token: int,
+        acquired_at: float,
+        now: float,
+        metadata: str | bytes,
+    ) -> LockInfo:
+        """Build a LockInfo from stored values (times in seconds since the epoch)."""
+        holder = parse_holder_metadata(metadata)
+        data = holder.get("data")
+        return cls(
+            name=name,
+            owner=owner,
+            holds=holds,
+            ttl=ttl,
+            fencing_token=fencing_token,
+            acquired_at=dt.datetime.fromtimestamp(acquired_at, tz=dt.timezone.utc),
+            held_for=max(0.0, now - acquired_at),
+            host=_typed(holder.get("host"), str),
+            pid=_typed(holder.get("pid"), int),
+            thread=_typed(holder.get("thread"), str),
+            metadata=data if isinstance(data, dict) else {},
+        )
+
+
+T = TypeVar("T")
+
+
+def _typed(value: object, kind: type[T]) -> T | None:
+    return value if isinstance(value, kind) else None
+
 
 class BaseLockBackend:
     """Base class of lock backends; subclasses provide the primitives below.
@@ -90,12 +129,13 @@ class BaseLockBackend:
         self.default_ttl = option_seconds("ttl", ttl)
 
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: dict[str, Any]
+        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
     ) -> AcquireResult:
         """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
 
         Reentrant: an owner that already holds the lock gets its hold count increased, its
-        lease lengthened to at least ``ttl``, and its existing fencing token.
+        lease lengthened to at least ``ttl``, and its existing fencing token. ``metadata`` is
+        the holder's details as JSON text (see :func:`holder_metadata`), kept for listing.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
@@ -161,6 +201,22 @@ def option_seconds(option: str, value: object) -> float:
         return validate_ttl(value, argument=option)
     except InvalidLockArgumentError as exc:
         raise InvalidLockBackendError(str(exc)) from None
+
+
+def holder_metadata(
+    *, host: str, pid: int, thread: str, data: dict[str, Any] | None = None
+) -> str:
+    """Return the JSON text a holder records: where it runs, and the user's own ``data``."""
+    return json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
+
+
+def parse_holder_metadata(text: str | bytes) -> dict[str, Any]:
+    """Return the holder details recorded by :func:`holder_metadata` (plain JSON, no pickle)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")

@@ -10,12 +10,11 @@ and a release wakes waiters at once.
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from .base import AcquireResult, BaseLockBackend, LockInfo, glob_to_regex
 
@@ -27,7 +26,7 @@ class _Holder:
     ends: float
     fencing_token: int
     acquired_at: float
-    metadata: dict[str, Any]
+    metadata: str
     holds: int = 1
 
 
@@ -59,7 +58,7 @@ class LocMemBackend(BaseLockBackend):
         return entry
 
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: dict[str, Any]
+        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
     ) -> AcquireResult:
         with self._changed:
             now = time.monotonic()
@@ -142,23 +141,17 @@ class LocMemBackend(BaseLockBackend):
                 entry = self._live(name, now)
                 if entry is None or not regex.match(name):
                     continue
-                for owner, h in entry.holders.items():
-                    meta = h.metadata
-                    infos.append(
-                        LockInfo(
-                            name=name,
-                            owner=owner,
-                            holds=h.holds,
-                            ttl=h.ends - now,
-                            fencing_token=h.fencing_token,
-                            acquired_at=dt.datetime.fromtimestamp(
-                                h.acquired_at, tz=dt.timezone.utc
-                            ),
-                            held_for=max(0.0, wall - h.acquired_at),
-                            host=meta.get("host"),
-                            pid=meta.get("pid"),
-                            thread=meta.get("thread"),
-                            metadata=meta.get("data") or {},
-                        )
+                infos.extend(
+                    LockInfo.from_record(
+                        name=name,
+                        owner=owner,
+                        holds=h.holds,
+                        ttl=h.ends - now,
+                        fencing_token=h.fencing_token,
+                        acquired_at=h.acquired_at,
+                        now=wall,
+                        metadata=h.metadata,
                     )
+                    for owner, h in entry.holders.items()
+                )
         yield from infos

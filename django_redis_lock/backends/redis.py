@@ -7,9 +7,8 @@ is atomic and costs one round trip. See ``lua/`` for the key layout.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
+import hashlib
 import inspect
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..exceptions import BackendUnavailableError, InvalidLockBackendError
@@ -113,6 +112,7 @@ class RedisBackend(BaseLockBackend):
             )
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
+        self._fencing_ms = _ms(self.fencing_ttl)
         # No automatic retry: a script re-sent after a lost reply could count a hold twice.
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
@@ -128,8 +128,10 @@ class RedisBackend(BaseLockBackend):
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be parsed: {exc}"
             ) from None
-        self._scripts: dict[str, Script] = {
-            name: self.client.register_script(source(name)) for name in SCRIPT_NAMES
+        # SHA1 of each script: EVALSHA sends the digest, and a NOSCRIPT reply loads it once.
+        self._scripts: dict[str, tuple[str, str]] = {
+            name: (hashlib.sha1(source(name).encode()).hexdigest(), source(name))  # noqa: S324
+            for name in SCRIPT_NAMES
         }
 
     def __repr__(self) -> str:
@@ -150,31 +152,39 @@ class RedisBackend(BaseLockBackend):
     def _errors(self, name: str | None) -> Iterator[None]:
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise BackendUnavailableError(
-                f"Redis at {redact_url(self.url)} is unavailable: {exc}", lock_name=name
-            ) from exc
         except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+
+    def _unavailable(self, exc: redis.RedisError, name: str | None) -> BackendUnavailableError:
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            problem = "is unavailable"
+        else:
             # A server that answers but refuses (read-only replica, ACL, bad database index)
             # cannot serve locks either; the cause is kept in the message and the chain.
-            raise BackendUnavailableError(
-                f"Redis at {redact_url(self.url)} refused the command: {exc}", lock_name=name
-            ) from exc
+            problem = "refused the command"
+        return BackendUnavailableError(
+            f"Redis at {redact_url(self.url)} {problem}: {exc}", lock_name=name
+        )
 
     def _run(self, script: str, name: str, args: list[Any], nkeys: int = 2) -> Any:
-        with self._errors(name):
-            return self._scripts[script](keys=self.keys(name)[:nkeys], args=args)
+        # The hot path: a plain try (no context manager) and EVALSHA sent directly.
+        sha, text = self._scripts[script]
+        keys = self.keys(name)[:nkeys]
+        try:
+            try:
+                return self.client.execute_command("EVALSHA", sha, nkeys, *keys, *args)
+            except NoScriptError:
+                return self.client.execute_command("EVAL", text, nkeys, *keys, *args)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
 
     # Primitives ------------------------------------------------------------------------------
 
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: dict[str, Any]
+        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
     ) -> AcquireResult:
         reply = self._run(
-            "acquire",
-            name,
-            [owner, _ms(ttl), limit, json.dumps(metadata), _ms(self.fencing_ttl)],
-            nkeys=3,
+            "acquire", name, [owner, _ms(ttl), limit, metadata, self._fencing_ms], nkeys=3
         )
         if reply[0] == 1:
             return AcquireResult(True, fencing_token=int(reply[1]), holds=int(reply[2]))
@@ -245,23 +255,13 @@ def _info(name: str, owner: str, ttl_ms: float, data: dict[bytes, bytes], now_ms
     def field(suffix: str, default: bytes = b"0") -> bytes:
         return data.get(f"{owner}{suffix}".encode(), default)
 
-    acquired_ms = int(field("|t"))
-    try:
-        holder = json.loads(field("|m", b"{}"))
-    except ValueError:
-        holder = {}
-    if not isinstance(holder, dict):
-        holder = {}
-    return LockInfo(
+    return LockInfo.from_record(
         name=name,
         owner=owner,
         holds=int(field("")),
         ttl=ttl_ms / 1000,
         fencing_token=int(field("|f")),
-        acquired_at=dt.datetime.fromtimestamp(acquired_ms / 1000, tz=dt.timezone.utc),
-        held_for=max(0, now_ms - acquired_ms) / 1000,
-        host=holder.get("host"),
-        pid=holder.get("pid"),
-        thread=holder.get("thread"),
-        metadata=holder.get("data") or {},
+        acquired_at=int(field("|t")) / 1000,
+        now=now_ms / 1000,
+        metadata=field("|m", b"{}"),
     )

@@ -5,19 +5,23 @@
 -- Returns {1, fencing token, hold count} when acquired,
 --         {0, ms until the earliest current lease ends} when not.
 local owner, lease, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-purge()
 
-local current = lease_end(owner)
-if current then
-  local holds = redis.call('HINCRBY', KEYS[2], owner, 1)
-  redis.call('ZADD', KEYS[1], math.max(current, now_ms + lease), owner)
-  settle()
-  return {1, tonumber(redis.call('HGET', KEYS[2], owner .. '|f')), holds}
-end
-
-if redis.call('ZCARD', KEYS[1]) >= limit then
-  local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return {0, tonumber(earliest[2]) - now_ms}
+-- A free lock (the common case) skips the purge, reentrancy and limit checks below.
+local holders = redis.call('ZCARD', KEYS[1])
+if holders > 0 then
+  purge()
+  local current = lease_end(owner)
+  if current then
+    local holds = redis.call('HINCRBY', KEYS[2], owner, 1)
+    redis.call('ZADD', KEYS[1], math.max(current, now_ms + lease), owner)
+    settle()
+    return {1, tonumber(redis.call('HGET', KEYS[2], owner .. '|f')), holds}
+  end
+  holders = redis.call('ZCARD', KEYS[1])
+  if holders >= limit then
+    local earliest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+    return {0, tonumber(earliest[2]) - now_ms}
+  end
 end
 
 -- Strictly increasing per name: one more than the last token, and never behind the server's
@@ -28,5 +32,10 @@ redis.call('SET', KEYS[3], fence, 'PX', lease + tonumber(ARGV[5]))
 redis.call('ZADD', KEYS[1], now_ms + lease, owner)
 redis.call('HSET', KEYS[2], owner, 1, owner .. '|f', fence, owner .. '|t', now_ms,
   owner .. '|m', ARGV[4])
-settle()
+if holders == 0 then
+  redis.call('PEXPIRE', KEYS[1], lease)
+  redis.call('PEXPIRE', KEYS[2], lease)
+else
+  settle()
+end
 return {1, tonumber(fence), 1}
