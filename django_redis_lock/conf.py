@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -10,7 +11,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from redis.connection import parse_url
+from redis.connection import parse_url as _untyped_parse_url
 
 from .backends.base import BaseLockBackend
 from .backends.redis import redact_url
@@ -28,6 +29,9 @@ DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
 
 #: OPTIONS that are durations in seconds, checked as positive finite numbers.
 DURATION_OPTIONS = ("ttl", "fencing_ttl", "socket_timeout", "socket_connect_timeout")
+
+
+_parse_url: Callable[[str], dict[str, Any]] = _untyped_parse_url
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,7 @@ def option_problems(
             )
             continue
         try:
-            parse_url(url)
+            _parse_url(url)
         except ValueError as exc:
             found.append(
                 Problem(

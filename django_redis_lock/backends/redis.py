@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -116,7 +116,7 @@ class RedisBackend(BaseLockBackend):
         # No automatic retry: a script re-sent after a lost reply could count a hold twice.
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
-            self.client: redis.Redis[bytes] = redis.Redis.from_url(
+            self.client: redis.Redis = redis.Redis.from_url(
                 url,
                 socket_timeout=option_seconds("socket_timeout", socket_timeout),
                 socket_connect_timeout=option_seconds(
@@ -170,11 +170,12 @@ class RedisBackend(BaseLockBackend):
         # The hot path: a plain try (no context manager) and EVALSHA sent directly.
         sha, text = self._scripts[script]
         keys = self.keys(name)[:nkeys]
+        command: Callable[..., Any] = self.client.execute_command
         try:
             try:
-                return self.client.execute_command("EVALSHA", sha, nkeys, *keys, *args)
+                return command("EVALSHA", sha, nkeys, *keys, *args)
             except NoScriptError:
-                return self.client.execute_command("EVAL", text, nkeys, *keys, *args)
+                return command("EVAL", text, nkeys, *keys, *args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
