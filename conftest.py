@@ -1,0 +1,3 @@
+"""Root conftest: loads the package's pytest plugin after coverage has started."""
+
+pytest_plugins = ["django_redis_lock.pytest_plugin"]
