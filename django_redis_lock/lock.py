@@ -7,19 +7,21 @@ thread is its own owner, with its own hold count and fencing token.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import os
-import secrets
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 from ._validation import (
+    validate_limit,
     validate_metadata,
     validate_name,
     validate_timeout,
@@ -35,6 +37,9 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .owner import current_owner
+from .renewal import Lease, renewer
+from .signals import lock_acquired, lock_lost, lock_released
 
 __all__ = ["Lock", "current_owner", "lock"]
 
@@ -43,32 +48,29 @@ R = TypeVar("R")
 
 logger = logging.getLogger("django_redis_lock")
 
-_owner = threading.local()
 _HOST = socket.gethostname()
 
-
-def current_owner() -> str:
-    """Return the owner token of the calling thread: random, from :mod:`secrets`."""
-    token: str | None = getattr(_owner, "token", None)
-    if token is None:
-        token = _owner.token = secrets.token_hex(16)
-    return token
+#: A waiter's registration outlives its wait by this much, so a release that comes just as
+#: the wait times out still finds it registered.
+REGISTRATION_MARGIN = 1.0
 
 
-def _forget_owners_in_child() -> None:
-    # A forked child is a new owner: it must not release or extend its parent's locks.
-    global _owner  # noqa: PLW0603
-    _owner = threading.local()
+@dataclass(eq=False)
+class _Hold:
+    """What one owner holds through one handle."""
 
-
-os.register_at_fork(after_in_child=_forget_owners_in_child)
+    fencing_token: int
+    acquired_at: float
+    count: int = 1
+    lease: Lease | None = None
+    lost_reason: str | None = None
 
 
 class Lock:
     """A distributed, reentrant, fenced lock with a lease.
 
     Use it as a context manager, a decorator, or through :meth:`acquire` and :meth:`release`,
-    as you would :class:`threading.RLock`.
+    as you would :class:`threading.RLock`. See :func:`lock` for the parameters.
     """
 
     def __init__(
@@ -80,12 +82,27 @@ class Lock:
         timeout: float | None = None,
         using: str = DEFAULT_ALIAS,
         metadata: dict[str, Any] | None = None,
+        limit: int = 1,
+        fair: bool = False,
+        auto_renew: bool | None = None,
+        max_hold: float | None = None,
+        on_lost: Callable[[Lock], object] | None = None,
+        raise_on_lost: bool = True,
     ) -> None:
         self.name = validate_name(name)
         self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
-        if not isinstance(blocking, bool):
+        for flag, value in (
+            ("blocking", blocking),
+            ("fair", fair),
+            ("raise_on_lost", raise_on_lost),
+        ):
+            if not isinstance(value, bool):
+                raise LockArgumentTypeError(
+                    f"{flag} must be True or False, got {value!r}.", lock_name=name
+                )
+        if auto_renew is not None and not isinstance(auto_renew, bool):
             raise LockArgumentTypeError(
-                f"blocking must be True or False, got {blocking!r}.", lock_name=name
+                f"auto_renew must be None, True or False, got {auto_renew!r}.", lock_name=name
             )
         self.blocking = blocking
         self.timeout = validate_timeout(timeout, lock_name=name)
@@ -96,7 +113,22 @@ class Lock:
             )
         self.using = using
         self.metadata = validate_metadata(metadata, lock_name=name)
-        self._fencing: dict[str, int] = {}
+        self.limit = validate_limit(limit, lock_name=name)
+        self.fair = fair
+        self.auto_renew = auto_renew
+        self.max_hold = (
+            None
+            if max_hold is None
+            else validate_ttl(max_hold, argument="max_hold", lock_name=name)
+        )
+        if on_lost is not None and not callable(on_lost):
+            raise LockArgumentTypeError(
+                f"on_lost must be a callable taking the lock, got {on_lost!r}.", lock_name=name
+            )
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        self._holds: dict[str, _Hold] = {}
+        self._lost: set[str] = set()
         self._local = threading.local()
 
     def __repr__(self) -> str:
@@ -117,11 +149,21 @@ class Lock:
         """Return the fencing token of the calling owner's hold, taken through this handle.
 
         None until this handle acquires for the caller, and again after its last release.
-
         Tokens grow strictly with each new holder of this name: pass yours to the resource
         you write to, so it can refuse a writer whose token is older than one it has seen.
         """
-        return self._fencing.get(current_owner())
+        hold = self._holds.get(current_owner())
+        return None if hold is None else hold.fencing_token
+
+    @property
+    def lost(self) -> bool:
+        """Return whether the calling owner's hold (or its last one) was lost.
+
+        A hold is lost when its lease ended, or another owner took the lock, before release.
+        """
+        owner = current_owner()
+        hold = self._holds.get(owner)
+        return owner in self._lost if hold is None else hold.lost_reason is not None
 
     # Acquiring and releasing -----------------------------------------------------------------
 
@@ -132,6 +174,10 @@ class Lock:
         (``None``: the handle's timeout, which defaults to waiting for ever). With
         ``blocking=False`` one attempt is made. An owner that already holds the lock
         acquires it again at once (reentrancy); release it as many times.
+
+        A waiting owner is handed the lock by the release that frees it, at once. The lease
+        is renewed only with ``auto_renew=True`` (``with`` blocks and decorators renew
+        unless ``auto_renew=False``).
         """
         if blocking is None:
             blocking = self.blocking
@@ -144,52 +190,122 @@ class Lock:
             )
         else:
             timeout = validate_timeout(timeout, lock_name=self.name)
-        backend, owner, lease = self.backend, current_owner(), self.lease
-        started = time.monotonic()
+        return self._acquire(blocking, timeout, renew=self.auto_renew is True)
+
+    def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
+        backend, owner = self.backend, current_owner()
+        lease = backend.default_ttl if self._ttl is None else self._ttl
+        holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
-        holder = self._holder_json()
+        claim = False
         while True:
-            result = backend.acquire(self.name, owner, ttl=lease, metadata=holder)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            waiting = blocking and (remaining is None or remaining > 0)
+            window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
+            result = backend.acquire(
+                self.name,
+                owner,
+                ttl=lease,
+                limit=self.limit,
+                metadata=holder,
+                fair=self.fair,
+                wait=window + REGISTRATION_MARGIN if waiting else 0.0,
+                claim=claim,
+            )
             if result.acquired:
                 assert result.fencing_token is not None
-                self._fencing[owner] = result.fencing_token
-                logger.debug(
-                    "Acquired lock %r (fencing token %s, holds %s) after %.3fs.",
-                    self.name,
-                    result.fencing_token,
-                    result.holds,
-                    time.monotonic() - started,
-                )
+                granted = lease if result.lease is None else result.lease
+                self._held(owner, result.fencing_token, granted, started, renew=renew)
                 return True
-            pause = result.retry_after if result.retry_after is not None else lease
-            if not blocking:
+            if not waiting:
+                if blocking:
+                    logger.warning(
+                        "Gave up acquiring lock %r after %.3fs: another owner holds it.",
+                        self.name,
+                        time.monotonic() - started,
+                    )
                 return False
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    logger.debug("Timed out acquiring lock %r after %ss.", self.name, timeout)
-                    return False
-                pause = min(pause, remaining)
-            backend.wait(self.name, pause)
+            pause = window if not result.retry_after else min(window, result.retry_after)
+            grant = backend.wait(self.name, owner, pause)
+            claim = True
+            if grant is not None:
+                self._held(owner, grant.fencing_token, grant.lease, started, renew=renew)
+                return True
+
+    def _held(
+        self, owner: str, fencing_token: int, granted: float, started: float, *, renew: bool
+    ) -> None:
+        hold = self._holds.get(owner)
+        now = time.monotonic()
+        if hold is not None and hold.fencing_token == fencing_token:
+            hold.count += 1
+        else:
+            hold = self._holds[owner] = _Hold(fencing_token, now)
+            self._lost.discard(owner)
+            if renew:
+                hold.lease = Lease(
+                    backend=self.backend,
+                    name=self.name,
+                    owner=owner,
+                    ttl=self.lease,
+                    ends=now + granted,
+                    on_lost=functools.partial(self._report_lost, owner, hold),
+                    stop_at=None if self.max_hold is None else now + self.max_hold,
+                )
+                renewer.add(hold.lease)
+            elif granted + 0.001 < self.lease:
+                # Handed over with a short lease (see the backend): take the full one now.
+                self.backend.extend(self.name, owner, self.lease, replace=True)
+        waited = now - started
+        logger.debug(
+            "Acquired lock %r (fencing token %s) after %.3fs.", self.name, fencing_token, waited
+        )
+        if lock_acquired.receivers:  # the arguments are not built when nobody listens
+            lock_acquired.send(
+                sender=Lock,
+                lock=self,
+                name=self.name,
+                using=self.using,
+                owner=owner,
+                fencing_token=fencing_token,
+                waited=waited,
+            )
 
     def release(self) -> None:
         """Drop one hold of the calling owner; the lock is free when its last hold is dropped.
 
-        Raises :class:`LockNotOwnedError` if the caller holds nothing: it never acquired, it
+        A freed lock is handed to the owner that has waited longest, if any. Raises
+        :class:`LockNotOwnedError` if the caller holds nothing: it never acquired, it
         already released, or its lease ended (and another owner may hold the lock now).
         """
         owner = current_owner()
+        hold = self._holds.get(owner)
+        if hold is not None and hold.count == 1 and hold.lease is not None:
+            renewer.remove(hold.lease)  # before the release: a late renewal is then no loss
         left = self.backend.release(self.name, owner)
+        if hold is not None and (left is None or hold.count == 1):
+            del self._holds[owner]
         if left is None:
-            self._fencing.pop(owner, None)
+            if hold is not None:
+                self._report_lost(owner, hold, "its lease ended before release")
             raise LockNotOwnedError(
                 f"Cannot release lock {self.name!r}: this owner does not hold it (never "
                 "acquired, already released, or its lease ended).",
                 lock_name=self.name,
             )
-        if left == 0:
-            self._fencing.pop(owner, None)
+        if hold is not None:
+            hold.count -= 1
         logger.debug("Released lock %r (%s holds left).", self.name, left)
+        if left == 0 and hold is not None and lock_released.receivers:
+            lock_released.send(
+                sender=Lock,
+                lock=self,
+                name=self.name,
+                using=self.using,
+                owner=owner,
+                fencing_token=hold.fencing_token,
+                held_for=time.monotonic() - hold.acquired_at,
+            )
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it.
@@ -206,6 +322,58 @@ class Lock:
                 lock_name=self.name,
             )
         return remaining
+
+    def check(self) -> None:
+        """Raise :class:`LockLostError` if the caller's hold is lost; for long work.
+
+        With renewal, this reads what the renewal thread found (no round trip); without,
+        it asks the backend.
+        """
+        owner = current_owner()
+        hold = self._holds.get(owner)
+        if hold is None:
+            raise LockNotOwnedError(
+                f"Cannot check lock {self.name!r}: this owner does not hold it.",
+                lock_name=self.name,
+            )
+        unrenewed = hold.lost_reason is None and hold.lease is None
+        if unrenewed and self.backend.ttl(self.name, owner) is None:
+            self._report_lost(owner, hold, "its lease ended")
+        if hold.lost_reason is not None:
+            raise LockLostError(self._lost_message(hold), lock_name=self.name)
+
+    # Lost leases -----------------------------------------------------------------------------
+
+    def _report_lost(self, owner: str, hold: _Hold, reason: str) -> None:
+        if hold.lost_reason is not None:
+            return  # reported once per hold
+        hold.lost_reason = reason
+        self._lost.add(owner)
+        held_for = time.monotonic() - hold.acquired_at
+        logger.warning(
+            "Lock %r was lost by owner %s after %.1fs: %s.", self.name, owner, held_for, reason
+        )
+        lock_lost.send(
+            sender=Lock,
+            lock=self,
+            name=self.name,
+            using=self.using,
+            owner=owner,
+            fencing_token=hold.fencing_token,
+            held_for=held_for,
+            reason=reason,
+        )
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:
+                logger.exception("The on_lost callback of lock %r failed.", self.name)
+
+    def _lost_message(self, hold: _Hold) -> str:
+        return (
+            f"Lock {self.name!r} was lost before the end of its hold ({hold.lost_reason}), so "
+            "another owner may have run at the same time."
+        )
 
     # Inspection ------------------------------------------------------------------------------
 
@@ -229,7 +397,8 @@ class Lock:
     # Context manager and decorator -----------------------------------------------------------
 
     def __enter__(self) -> Lock:
-        if not self.acquire():
+        timeout = self.timeout if self.blocking else None
+        if not self._acquire(self.blocking, timeout, renew=self.auto_renew is not False):
             wait = "at once" if not self.blocking else f"within {self.timeout}s"
             raise LockNotAcquiredError(
                 f"Could not acquire lock {self.name!r} {wait}: another owner holds it.",
@@ -243,18 +412,14 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        try:
+        hold = self._holds.get(current_owner())
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             self.release()
-        except LockNotOwnedError:
-            message = (
-                f"Lock {self.name!r} was lost before the end of the block: its lease of "
-                f"{self.lease}s ended, so another owner may have run at the same time."
-            )
-            if exc_type is not None:
-                # Keep the block's own exception; the loss is still reported.
-                logger.warning(message)
-                return
-            raise LockLostError(message, lock_name=self.name) from None
+        if hold is None or hold.lost_reason is None:
+            return
+        if exc_type is None and self.raise_on_lost:
+            raise LockLostError(self._lost_message(hold), lock_name=self.name)
+        # The block's own exception (or raise_on_lost=False) wins; the loss was logged.
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding this lock."""
@@ -272,9 +437,9 @@ class Lock:
 
         return locked_call
 
-    def _holder_json(self) -> str:
+    def _holder_json(self) -> bytes:
         # Serialised once per thread (and again in a forked child, whose pid differs).
-        cached: tuple[int, str] | None = getattr(self._local, "holder", None)
+        cached: tuple[int, bytes] | None = getattr(self._local, "holder", None)
         pid = os.getpid()
         if cached is None or cached[0] != pid:
             text = holder_metadata(
@@ -292,11 +457,37 @@ def lock(
     timeout: float | None = None,
     using: str = DEFAULT_ALIAS,
     metadata: dict[str, Any] | None = None,
+    limit: int = 1,
+    fair: bool = False,
+    auto_renew: bool | None = None,
+    max_hold: float | None = None,
+    on_lost: Callable[[Lock], object] | None = None,
+    raise_on_lost: bool = True,
 ) -> Lock:
     """Return a :class:`Lock` named ``name`` on the backend ``using``.
 
     ``ttl`` is the lease in seconds (default: the backend's ``ttl`` option): a holder that
     dies frees the lock when it ends. ``timeout`` bounds a blocking acquire (None: wait for
     ever). ``metadata`` is a JSON-serialisable dict shown to anyone listing held locks.
+
+    ``limit`` lets that many owners hold the lock at once (a counting semaphore). ``fair``
+    serves waiters strictly in arrival order. ``auto_renew`` renews the lease every third of
+    it while the lock is held (default: on for ``with`` blocks and decorators, off for
+    :meth:`~Lock.acquire`), for at most ``max_hold`` seconds if given. When a hold is lost,
+    ``on_lost(lock)`` is called, and leaving the ``with`` block raises
+    :class:`~django_redis_lock.LockLostError` (only logged with ``raise_on_lost=False``).
     """
-    return Lock(name, ttl=ttl, blocking=blocking, timeout=timeout, using=using, metadata=metadata)
+    return Lock(
+        name,
+        ttl=ttl,
+        blocking=blocking,
+        timeout=timeout,
+        using=using,
+        metadata=metadata,
+        limit=limit,
+        fair=fair,
+        auto_renew=auto_renew,
+        max_hold=max_hold,
+        on_lost=on_lost,
+        raise_on_lost=raise_on_lost,
+    )

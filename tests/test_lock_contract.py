@@ -221,7 +221,7 @@ def test_context_manager__raises_not_acquired_when_held(using: str) -> None:
 
 
 def test_context_manager__lease_ended_in_block_raises_lock_lost(using: str) -> None:
-    handle = lock("contract:lost", ttl=0.1, using=using)
+    handle = lock("contract:lost", ttl=0.1, using=using, auto_renew=False)
     with pytest.raises(LockLostError, match="lost") as caught, handle:
         eventually(lambda: not handle.locked())
     assert caught.value.lock_name == "contract:lost"
@@ -230,7 +230,7 @@ def test_context_manager__lease_ended_in_block_raises_lock_lost(using: str) -> N
 def test_context_manager__lost_lease_keeps_the_block_exception(
     using: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    handle = lock("contract:lost-exc", ttl=0.1, using=using)
+    handle = lock("contract:lost-exc", ttl=0.1, using=using, auto_renew=False)
     with caplog.at_level(logging.WARNING, "django_redis_lock"):
         with pytest.raises(KeyError), handle:
             eventually(lambda: not handle.locked())

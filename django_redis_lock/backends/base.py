@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
@@ -20,6 +20,7 @@ from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
 __all__ = [
     "AcquireResult",
     "BaseLockBackend",
+    "Grant",
     "LockInfo",
     "glob_escape",
     "glob_to_regex",
@@ -32,15 +33,24 @@ __all__ = [
 class AcquireResult(NamedTuple):
     """What one acquire attempt did.
 
-    On success ``fencing_token`` is the holder's token (the same for every reentrant acquire)
-    and ``holds`` its hold count. On failure ``retry_after`` is the number of seconds until
-    the earliest current lease ends, so a waiter never sleeps past it.
+    On success ``fencing_token`` is the holder's token (the same for every reentrant acquire),
+    ``holds`` its hold count and ``lease`` the seconds its lease has left. On failure
+    ``retry_after`` is the number of seconds until the earliest current lease ends, so a
+    waiter never sleeps past it.
     """
 
     acquired: bool
     fencing_token: int | None = None
     holds: int = 0
     retry_after: float | None = None
+    lease: float | None = None
+
+
+class Grant(NamedTuple):
+    """A lock handed to a waiting owner at a release: its fencing token and lease (seconds)."""
+
+    fencing_token: int
+    lease: float
 
 
 @dataclass(frozen=True)
@@ -128,14 +138,33 @@ class BaseLockBackend:
         self.key_prefix = key_prefix
         self.default_ttl = option_seconds("ttl", ttl)
 
+    #: The longest single :meth:`wait` the backend supports, in seconds.
+    max_wait: float = 5.0
+
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
     ) -> AcquireResult:
         """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
 
         Reentrant: an owner that already holds the lock gets its hold count increased, its
         lease lengthened to at least ``ttl``, and its existing fencing token. ``metadata`` is
-        the holder's details as JSON text (see :func:`holder_metadata`), kept for listing.
+        the holder's details as JSON (see :func:`holder_metadata`), kept for listing.
+
+        When the lock is not free and ``wait`` > 0, the owner is registered as a waiter for
+        ``wait`` seconds: a release within that time hands it the lock (see :meth:`wait`).
+        ``wait=0`` also removes an earlier registration of the owner. With ``fair``, a free
+        slot goes to registered waiters first, in arrival order. ``claim`` says the owner is
+        waiting already: if it holds the lock now, the lock was handed to it, and its hold
+        is returned without counting another.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
@@ -157,9 +186,22 @@ class BaseLockBackend:
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a ttl() method")
 
-    def wait(self, name: str, timeout: float) -> None:
-        """Block for at most ``timeout`` seconds, returning early when ``name`` may be free."""
+    def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
+        """Block at most ``timeout`` seconds for ``name`` to be handed to the waiting ``owner``.
+
+        Return the :class:`Grant` when it was (the owner holds the lock then), else None.
+        Never longer than :attr:`max_wait`; it may return None early.
+        """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
+
+    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+        """Set each ``(name, owner, ttl)`` lease to ``ttl`` seconds from now, all at once.
+
+        Return, in order, each lease's new remaining seconds, or None where the owner no
+        longer holds the lock (an ended lease is never revived). Backends should make this
+        one round trip, however many leases are given.
+        """
+        return [self.extend(name, owner, ttl, replace=True) for name, owner, ttl in leases]
 
     def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
         """Yield every holder of every held lock whose name matches the glob ``pattern``.
@@ -205,9 +247,10 @@ def option_seconds(option: str, value: object) -> float:
 
 def holder_metadata(
     *, host: str, pid: int, thread: str, data: dict[str, Any] | None = None
-) -> str:
-    """Return the JSON text a holder records: where it runs, and the user's own ``data``."""
-    return json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
+) -> bytes:
+    """Return the JSON a holder records (UTF-8): where it runs, and the user's own ``data``."""
+    text = json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
+    return text.encode()
 
 
 def parse_holder_metadata(text: str | bytes) -> dict[str, Any]:

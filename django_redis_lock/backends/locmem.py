@@ -4,8 +4,8 @@
 web workers, a web process and a Celery worker) never see each other's locks. Use it in unit
 tests, where starting Redis is not wanted; use :class:`~.redis.RedisBackend` everywhere else.
 
-It keeps the contract of every backend (leases, reentrancy, fencing tokens, limits, listing),
-and a release wakes waiters at once.
+It keeps the contract of every backend (leases, reentrancy, fencing tokens, limits, waiters
+handed the lock at a release, fair order, listing), on this process's monotonic clock.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import AcquireResult, BaseLockBackend, LockInfo, glob_to_regex
+from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, glob_to_regex
 
 __all__ = ["LocMemBackend"]
+
+#: A handed-over lease covers the waiter's registration plus this margin (as on Redis).
+CLAIM_SECONDS = 1.0
 
 
 @dataclass
@@ -26,13 +29,23 @@ class _Holder:
     ends: float
     fencing_token: int
     acquired_at: float
-    metadata: str
+    metadata: str | bytes
     holds: int = 1
+
+
+@dataclass
+class _Waiter:
+    ends: float
+    lease: float
+    limit: int
+    metadata: str | bytes
 
 
 @dataclass
 class _Entry:
     holders: dict[str, _Holder] = field(default_factory=dict)
+    queue: dict[str, _Waiter] = field(default_factory=dict)  # insertion order is arrival
+    grants: dict[str, Grant] = field(default_factory=dict)
 
 
 class LocMemBackend(BaseLockBackend):
@@ -46,91 +59,173 @@ class LocMemBackend(BaseLockBackend):
         self._fences: dict[str, int] = {}
         self._changed = threading.Condition()
 
-    def _live(self, name: str, now: float) -> _Entry | None:
-        entry = self._locks.get(name)
-        if entry is None:
-            return None
+    # Bookkeeping (always called with self._changed held) ---------------------------------
+
+    def _entry(self, name: str, now: float) -> _Entry:
+        entry = self._locks.setdefault(name, _Entry())
         for owner in [o for o, h in entry.holders.items() if h.ends <= now]:
             del entry.holders[owner]
-        if not entry.holders:
-            del self._locks[name]
-            return None
+        for owner in [o for o, w in entry.queue.items() if w.ends <= now]:
+            del entry.queue[owner]
+        for owner in [o for o in entry.grants if o not in entry.holders]:
+            del entry.grants[owner]  # handed to a waiter that never came for it
         return entry
 
+    def _tidy(self, name: str, entry: _Entry) -> None:
+        if not (entry.holders or entry.queue or entry.grants):
+            self._locks.pop(name, None)
+
+    def _hold(
+        self, name: str, entry: _Entry, owner: str, lease: float, metadata: str | bytes
+    ) -> int:
+        token = max(self._fences.get(name, 0) + 1, time.time_ns() // 1000)
+        self._fences[name] = token
+        entry.holders[owner] = _Holder(time.monotonic() + lease, token, time.time(), metadata)
+        return token
+
+    def _handoff(self, name: str, entry: _Entry, now: float) -> None:
+        while entry.queue:
+            owner, waiter = next(iter(entry.queue.items()))
+            if len(entry.holders) >= waiter.limit:
+                return
+            del entry.queue[owner]
+            lease = min(waiter.lease, waiter.ends - now + CLAIM_SECONDS)
+            token = self._hold(name, entry, owner, lease, waiter.metadata)
+            entry.grants[owner] = Grant(token, lease)
+            self._changed.notify_all()
+
+    # The contract ----------------------------------------------------------------------------
+
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
     ) -> AcquireResult:
         with self._changed:
             now = time.monotonic()
-            entry = self._live(name, now) or self._locks.setdefault(name, _Entry())
-            holder = entry.holders.get(owner)
-            if holder is not None:
+            entry = self._entry(name, now)
+            request = _Waiter(now + wait, ttl, limit, metadata)
+            try:
+                return self._acquire(name, entry, owner, request, now, fair=fair, claim=claim)
+            finally:
+                self._tidy(name, entry)
+
+    def _acquire(
+        self,
+        name: str,
+        entry: _Entry,
+        owner: str,
+        request: _Waiter,
+        now: float,
+        *,
+        fair: bool,
+        claim: bool,
+    ) -> AcquireResult:
+        holder = entry.holders.get(owner)
+        if holder is not None:
+            if claim:
+                entry.grants.pop(owner, None)
+            else:
                 holder.holds += 1
-                holder.ends = max(holder.ends, now + ttl)
-                return AcquireResult(True, fencing_token=holder.fencing_token, holds=holder.holds)
-            if len(entry.holders) >= limit:
-                earliest = min(h.ends for h in entry.holders.values())
-                return AcquireResult(False, retry_after=earliest - now)
-            token = max(self._fences.get(name, 0) + 1, time.time_ns() // 1000)
-            self._fences[name] = token
-            entry.holders[owner] = _Holder(now + ttl, token, time.time(), metadata)
-            return AcquireResult(True, fencing_token=token, holds=1)
+                holder.ends = max(holder.ends, now + request.lease)
+            return AcquireResult(True, holder.fencing_token, holder.holds, lease=holder.ends - now)
+        waits = request.ends > now
+        if fair and entry.queue:
+            if waits:
+                entry.queue[owner] = request  # re-registering keeps the owner's first place
+            self._handoff(name, entry, now)
+            if owner in entry.holders:
+                entry.grants.pop(owner, None)
+                mine = entry.holders[owner]
+                return AcquireResult(True, mine.fencing_token, 1, lease=mine.ends - now)
+        if len(entry.holders) < request.limit and not (fair and entry.queue):
+            entry.queue.pop(owner, None)
+            token = self._hold(name, entry, owner, request.lease, request.metadata)
+            return AcquireResult(True, token, 1, lease=request.lease)
+        if waits:
+            entry.queue[owner] = request
+        else:
+            entry.queue.pop(owner, None)
+        ends = [h.ends for h in entry.holders.values()]
+        return AcquireResult(False, retry_after=max(0.0, min(ends) - now) if ends else 0.0)
 
     def release(self, name: str, owner: str) -> int | None:
         with self._changed:
-            entry = self._live(name, time.monotonic())
-            holder = entry.holders.get(owner) if entry else None
-            if entry is None or holder is None:
-                return None
-            holder.holds -= 1
-            if holder.holds > 0:
-                return holder.holds
-            self._drop(name, entry, owner)
-            return 0
-
-    def _drop(self, name: str, entry: _Entry, owner: str) -> None:
-        del entry.holders[owner]
-        if not entry.holders:
-            del self._locks[name]
-        self._changed.notify_all()
+            now = time.monotonic()
+            entry = self._entry(name, now)
+            try:
+                holder = entry.holders.get(owner)
+                if holder is None:
+                    return None
+                holder.holds -= 1
+                if holder.holds > 0:
+                    return holder.holds
+                del entry.holders[owner]
+                self._handoff(name, entry, now)
+                self._changed.notify_all()
+                return 0
+            finally:
+                self._tidy(name, entry)
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
         with self._changed:
             now = time.monotonic()
-            entry = self._live(name, now)
-            holder = entry.holders.get(owner) if entry else None
-            if holder is None:
-                return None
-            holder.ends = now + ttl if replace else holder.ends + ttl
-            return holder.ends - now
+            entry = self._entry(name, now)
+            try:
+                holder = entry.holders.get(owner)
+                if holder is None:
+                    return None
+                holder.ends = now + ttl if replace else holder.ends + ttl
+                return holder.ends - now
+            finally:
+                self._tidy(name, entry)
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         with self._changed:
             now = time.monotonic()
-            entry = self._live(name, now)
-            if entry is None:
-                return None
-            if owner is None:
-                return max(h.ends for h in entry.holders.values()) - now
-            holder = entry.holders.get(owner)
-            return None if holder is None else holder.ends - now
+            entry = self._entry(name, now)
+            try:
+                if owner is None:
+                    ends = [h.ends for h in entry.holders.values()]
+                    return max(ends) - now if ends else None
+                holder = entry.holders.get(owner)
+                return None if holder is None else holder.ends - now
+            finally:
+                self._tidy(name, entry)
 
-    def wait(self, name: str, timeout: float) -> None:
+    def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
+        deadline = time.monotonic() + min(timeout, self.max_wait)
         with self._changed:
-            self._changed.wait(timeout)
+            while True:
+                entry = self._locks.get(name)
+                if entry is not None and owner in entry.grants:
+                    grant = entry.grants.pop(owner)
+                    self._tidy(name, entry)
+                    return grant
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._changed.wait(remaining)
 
     def force_release(self, name: str, owner: str | None = None) -> int:
         with self._changed:
-            entry = self._live(name, time.monotonic())
-            if entry is None:
-                return 0
-            owners = list(entry.holders) if owner is None else [owner]
-            removed = 0
-            for one in owners:
-                if one in entry.holders:
-                    self._drop(name, entry, one)
-                    removed += 1
-            return removed
+            now = time.monotonic()
+            entry = self._entry(name, now)
+            try:
+                owners = list(entry.holders) if owner is None else [owner]
+                removed = [one for one in owners if entry.holders.pop(one, None)]
+                self._handoff(name, entry, now)
+                self._changed.notify_all()
+                return len(removed)
+            finally:
+                self._tidy(name, entry)
 
     def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
         regex = glob_to_regex(pattern)
@@ -138,20 +233,20 @@ class LocMemBackend(BaseLockBackend):
         with self._changed:
             now, wall = time.monotonic(), time.time()
             for name in list(self._locks):
-                entry = self._live(name, now)
-                if entry is None or not regex.match(name):
-                    continue
-                infos.extend(
-                    LockInfo.from_record(
-                        name=name,
-                        owner=owner,
-                        holds=h.holds,
-                        ttl=h.ends - now,
-                        fencing_token=h.fencing_token,
-                        acquired_at=h.acquired_at,
-                        now=wall,
-                        metadata=h.metadata,
+                entry = self._entry(name, now)
+                if regex.match(name):
+                    infos.extend(
+                        LockInfo.from_record(
+                            name=name,
+                            owner=owner,
+                            holds=h.holds,
+                            ttl=h.ends - now,
+                            fencing_token=h.fencing_token,
+                            acquired_at=h.acquired_at,
+                            now=wall,
+                            metadata=h.metadata,
+                        )
+                        for owner, h in entry.holders.items()
                     )
-                    for owner, h in entry.holders.items()
-                )
+                self._tidy(name, entry)
         yield from infos

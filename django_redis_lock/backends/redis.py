@@ -10,8 +10,7 @@ import contextlib
 import hashlib
 import inspect
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -22,7 +21,14 @@ from redis.retry import Retry
 
 from ..exceptions import BackendUnavailableError, InvalidLockBackendError
 from ._scripts import SCRIPT_NAMES, source
-from .base import AcquireResult, BaseLockBackend, LockInfo, glob_escape, option_seconds
+from .base import (
+    AcquireResult,
+    BaseLockBackend,
+    Grant,
+    LockInfo,
+    glob_escape,
+    option_seconds,
+)
 
 __all__ = ["RedisBackend", "redact_url"]
 
@@ -49,10 +55,11 @@ CONNECTION_OPTIONS: frozenset[str] = _keywords(
 
 URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
-#: How often a waiter looks again while waiting is not yet signalled by releases.
-POLL_INTERVAL = 0.05
 
 _SUFFIX_HOLDERS = "h"
+
+#: The acquire script's flags argument, by (fair, claim).
+_FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
 
 
 def redact_url(url: str) -> str:
@@ -112,7 +119,10 @@ class RedisBackend(BaseLockBackend):
             )
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
-        self._fencing_ms = _ms(self.fencing_ttl)
+        self._fencing_arg = str(_ms(self.fencing_ttl)).encode()  # encoded once, sent often
+        timeout = option_seconds("socket_timeout", socket_timeout)
+        # A blocking wait must end before the socket timeout would cut it off.
+        self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
         # No automatic retry: a script re-sent after a lost reply could count a hold twice.
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
@@ -166,33 +176,46 @@ class RedisBackend(BaseLockBackend):
             f"Redis at {redact_url(self.url)} {problem}: {exc}", lock_name=name
         )
 
-    def _run(self, script: str, name: str, args: list[Any], nkeys: int = 2) -> Any:
-        # The hot path: a plain try (no context manager) and EVALSHA sent directly.
+    def _run(self, script: str, name: str, args: list[Any]) -> Any:
+        # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
+        # holders key is passed; the scripts derive the lock's other keys from it.
         sha, text = self._scripts[script]
-        keys = self.keys(name)[:nkeys]
+        key = f"{self.key_prefix}:{{{name}}}:{_SUFFIX_HOLDERS}"
         command: Callable[..., Any] = self.client.execute_command
         try:
             try:
-                return command("EVALSHA", sha, nkeys, *keys, *args)
+                return command("EVALSHA", sha, 1, key, *args)
             except NoScriptError:
-                return command("EVAL", text, nkeys, *keys, *args)
+                return command("EVAL", text, 1, key, *args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
     # Primitives ------------------------------------------------------------------------------
 
     def acquire(
-        self, name: str, owner: str, *, ttl: float, limit: int = 1, metadata: str
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
     ) -> AcquireResult:
-        reply = self._run(
-            "acquire", name, [owner, _ms(ttl), limit, metadata, self._fencing_ms], nkeys=3
-        )
+        flags = _FLAGS[fair, claim]
+        wait_ms = _ms(wait) if wait > 0 else 0
+        args = [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, flags]
+        reply = self._run("acquire", name, args)
         if reply[0] == 1:
-            return AcquireResult(True, fencing_token=int(reply[1]), holds=int(reply[2]))
+            return AcquireResult(
+                True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000
+            )
         return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
 
     def release(self, name: str, owner: str) -> int | None:
-        holds = int(self._run("release", name, [owner]))
+        holds = int(self._run("release", name, [owner, self._fencing_arg]))
         return None if holds < 0 else holds
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
@@ -203,11 +226,50 @@ class RedisBackend(BaseLockBackend):
         ms = int(self._run("ttl", name, [owner or ""]))
         return None if ms < 0 else ms / 1000
 
-    def wait(self, name: str, timeout: float) -> None:
-        time.sleep(max(0.001, min(timeout, POLL_INTERVAL)))
+    def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
+        # BLPOP on the owner's own wake-up list: a release that hands the lock over pushes
+        # to it, so this returns within a round trip of the release, holding the lock.
+        seconds = min(timeout, self.max_wait)
+        if seconds < 0.001:
+            return None
+        key = f"{self.key_prefix}:{{{name}}}:s:{owner}"
+        command: Callable[..., Any] = self.client.execute_command
+        try:
+            reply = command("BLPOP", key, f"{seconds:.3f}")
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+        if not reply:
+            return None
+        fence, lease_ms = reply[1].split()
+        return Grant(int(fence), int(lease_ms) / 1000)
+
+    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+        # Every lease in one pipeline: one round trip, however many locks are held.
+        if not leases:
+            return []
+        sha, text = self._scripts["extend"]
+        for attempt in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command
+            for name, owner, ttl in leases:
+                key = f"{self.key_prefix}:{{{name}}}:{_SUFFIX_HOLDERS}"
+                queue("EVALSHA", sha, 1, key, owner, _ms(ttl), "1")
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.RedisError as exc:
+                raise self._unavailable(exc, None) from exc
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                with self._errors(None):
+                    self.client.script_load(text)
+                continue
+            break
+        for reply in replies:
+            if isinstance(reply, redis.RedisError):
+                raise self._unavailable(reply, None) from reply
+        return [None if int(reply) < 0 else int(reply) / 1000 for reply in replies]
 
     def force_release(self, name: str, owner: str | None = None) -> int:
-        return int(self._run("force_release", name, [owner or ""]))
+        return int(self._run("force_release", name, [owner or "", self._fencing_arg]))
 
     def ping(self) -> None:
         with self._errors(None):

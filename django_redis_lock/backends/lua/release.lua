@@ -1,23 +1,32 @@
--- Drop one hold of an owner; the lock is freed when its last hold is dropped.
--- KEYS[1] holders, KEYS[2] data (see the prelude)
--- ARGV[1] owner token
+-- Drop one hold of an owner; at its last hold the lock is freed, or handed to the owner that
+-- has waited longest.
+-- KEYS[1] holders (see the prelude for the other keys)
+-- ARGV[1] owner token  ARGV[2] how long a new fence outlives its lease (ms)
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended).
 local owner = ARGV[1]
-if not lease_end(owner) then
+local score = redis.call('ZSCORE', K_holders, owner)
+if not score then
   return -1
 end
-local holds = redis.call('HINCRBY', KEYS[2], owner, -1)
+-- A lone holder's keys expire with its lease, so finding it proves its lease is live; among
+-- several holders (a semaphore) the keys outlive the shorter leases: ask the clock.
+local holders = redis.call('ZCARD', K_holders)
+if holders > 1 and tonumber(score) <= now() then
+  return -1
+end
+local holds = redis.call('HINCRBY', K_data, owner, -1)
 if holds > 0 then
   return holds
 end
-if redis.call('ZCARD', KEYS[1]) == 1 then
-  -- The last holder (the common case): nothing of the lock is left but its fence.
-  redis.call('DEL', KEYS[1], KEYS[2])
+if holders == 1 and redis.call('EXISTS', K_queue) == 0 then
+  -- The last holder and nobody waiting (the common case): only the fence is left.
+  redis.call('DEL', K_holders, K_data)
   return 0
 end
-redis.call('ZREM', KEYS[1], owner)
+redis.call('ZREM', K_holders, owner)
 forget(owner)
 purge()
+handoff(tonumber(ARGV[2]))
 settle()
 return 0

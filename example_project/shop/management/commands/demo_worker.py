@@ -69,7 +69,9 @@ class Command(BaseCommand):
         """Hold the lock with a short lease, stall until another worker took it, then write."""
         storage = FencedStorage(self.client)
         try:
-            with lock(LOCK_NAME, ttl=lease, timeout=ACQUIRE_TIMEOUT) as held:
+            # A fixed lease (no renewal): a process frozen by a real pause could not renew
+            # it either, and here only the main thread stalls.
+            with lock(LOCK_NAME, ttl=lease, timeout=ACQUIRE_TIMEOUT, auto_renew=False) as held:
                 token = held.fencing_token
                 assert token is not None
                 self.say(f"acquired {LOCK_NAME} with fencing token {token} (lease {lease:g} s)")

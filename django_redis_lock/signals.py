@@ -1,0 +1,24 @@
+"""Django signals sent by locks, for metrics, tracing and alerts.
+
+Every signal is sent with ``sender`` the :class:`~django_redis_lock.Lock` class and these
+keyword arguments: ``lock`` (the handle), ``name``, ``using`` (the alias), ``owner`` (the
+owner token) and ``fencing_token``. Then:
+
+``lock_acquired``
+    ``waited``: seconds spent acquiring (0 when the lock was free).
+``lock_released``
+    ``held_for``: seconds between acquire and release.
+``lock_lost``
+    ``held_for`` and ``reason`` (a sentence). Sent once per lost hold, from the thread that
+    found out: the renewal thread, or the one that released.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+__all__ = ["lock_acquired", "lock_lost", "lock_released"]
+
+lock_acquired = Signal()
+lock_released = Signal()
+lock_lost = Signal()
