@@ -60,3 +60,53 @@ def take_over_after_expiry(url: str, prefix: str, name: str) -> None:
 def run(target: Any, *args: Any) -> None:
     """Entry point for spawned processes: call ``target`` with ``args``."""
     target(*args)
+
+
+def wait_in_line(url: str, prefix: str, name: str, number: int) -> None:
+    """Queue for ``name`` fairly; record the arrival order of acquisitions."""
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    with lock(name, fair=True, timeout=60):
+        client.rpush(f"{prefix}:order", str(number))
+
+
+def hold_a_slot(url: str, prefix: str, name: str, worker: int, rounds: int) -> None:
+    """Take one of a semaphore's slots ``rounds`` times, logging each hold's interval."""
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    slot = lock(name, limit=3, ttl=10, timeout=60)
+    client.rpush(f"{prefix}:ready", str(worker))
+    client.blpop([f"{prefix}:go:{worker}"], timeout=60)
+    for _ in range(rounds):
+        with slot:
+            start = time.monotonic_ns()
+            time.sleep(0.02)
+            end = time.monotonic_ns()
+        client.rpush(f"{prefix}:slots", f"{start} {end}")
+
+
+def hold_then_stall(url: str, prefix: str, name: str) -> None:
+    """Hold ``name`` with renewal, report, then (after being frozen) leave the block."""
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import LockLostError, lock
+
+    client = redis.Redis.from_url(url)
+    outcome = "kept"
+    try:
+        with lock(name, ttl=0.5) as held:
+            client.rpush(f"{prefix}:holding", str(held.fencing_token))
+            # The test freezes this process now (SIGSTOP), past the lease, then resumes it.
+            client.blpop([f"{prefix}:resumed"], timeout=60)
+    except LockLostError as exc:
+        outcome = f"lost: {exc}"
+    client.rpush(f"{prefix}:outcome", outcome)
