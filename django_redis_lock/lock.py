@@ -16,7 +16,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -37,9 +36,9 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .holds import Hold
 from .owner import current_owner
 from .renewal import Lease, renewer
-from .signals import lock_acquired, lock_lost, lock_released
 
 __all__ = ["Lock", "current_owner", "lock"]
 
@@ -53,17 +52,6 @@ _HOST = socket.gethostname()
 #: A waiter's registration outlives its wait by this much, so a release that comes just as
 #: the wait times out still finds it registered.
 REGISTRATION_MARGIN = 1.0
-
-
-@dataclass(eq=False)
-class _Hold:
-    """What one owner holds through one handle."""
-
-    fencing_token: int
-    acquired_at: float
-    count: int = 1
-    lease: Lease | None = None
-    lost_reason: str | None = None
 
 
 class Lock:
@@ -127,7 +115,7 @@ class Lock:
             )
         self.on_lost = on_lost
         self.raise_on_lost = raise_on_lost
-        self._holds: dict[str, _Hold] = {}
+        self._holds: dict[str, Hold] = {}
         self._lost: set[str] = set()
         self._local = threading.local()
 
@@ -240,7 +228,7 @@ class Lock:
         if hold is not None and hold.fencing_token == fencing_token:
             hold.count += 1
         else:
-            hold = self._holds[owner] = _Hold(fencing_token, now)
+            hold = self._holds[owner] = Hold(self, owner, fencing_token, now)
             self._lost.discard(owner)
             if renew:
                 hold.lease = Lease(
@@ -249,27 +237,21 @@ class Lock:
                     owner=owner,
                     ttl=self.lease,
                     ends=now + granted,
-                    on_lost=functools.partial(self._report_lost, owner, hold),
+                    on_lost=self._lost_by(hold),
                     stop_at=None if self.max_hold is None else now + self.max_hold,
                 )
                 renewer.add(hold.lease)
             elif granted + 0.001 < self.lease:
                 # Handed over with a short lease (see the backend): take the full one now.
                 self.backend.extend(self.name, owner, self.lease, replace=True)
-        waited = now - started
-        logger.debug(
-            "Acquired lock %r (fencing token %s) after %.3fs.", self.name, fencing_token, waited
-        )
-        if lock_acquired.receivers:  # the arguments are not built when nobody listens
-            lock_acquired.send(
-                sender=Lock,
-                lock=self,
-                name=self.name,
-                using=self.using,
-                owner=owner,
-                fencing_token=fencing_token,
-                waited=waited,
-            )
+        hold.announce_acquired(now - started)
+
+    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
+        def lost(reason: str) -> None:
+            self._lost.add(hold.owner)
+            hold.report_lost(reason)
+
+        return lost
 
     def release(self) -> None:
         """Drop one hold of the calling owner; the lock is free when its last hold is dropped.
@@ -287,7 +269,7 @@ class Lock:
             del self._holds[owner]
         if left is None:
             if hold is not None:
-                self._report_lost(owner, hold, "its lease ended before release")
+                self._lost_by(hold)("its lease ended before release")
             raise LockNotOwnedError(
                 f"Cannot release lock {self.name!r}: this owner does not hold it (never "
                 "acquired, already released, or its lease ended).",
@@ -295,17 +277,7 @@ class Lock:
             )
         if hold is not None:
             hold.count -= 1
-        logger.debug("Released lock %r (%s holds left).", self.name, left)
-        if left == 0 and hold is not None and lock_released.receivers:
-            lock_released.send(
-                sender=Lock,
-                lock=self,
-                name=self.name,
-                using=self.using,
-                owner=owner,
-                fencing_token=hold.fencing_token,
-                held_for=time.monotonic() - hold.acquired_at,
-            )
+            hold.announce_released(left)
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it.
@@ -338,42 +310,9 @@ class Lock:
             )
         unrenewed = hold.lost_reason is None and hold.lease is None
         if unrenewed and self.backend.ttl(self.name, owner) is None:
-            self._report_lost(owner, hold, "its lease ended")
+            self._lost_by(hold)("its lease ended")
         if hold.lost_reason is not None:
-            raise LockLostError(self._lost_message(hold), lock_name=self.name)
-
-    # Lost leases -----------------------------------------------------------------------------
-
-    def _report_lost(self, owner: str, hold: _Hold, reason: str) -> None:
-        if hold.lost_reason is not None:
-            return  # reported once per hold
-        hold.lost_reason = reason
-        self._lost.add(owner)
-        held_for = time.monotonic() - hold.acquired_at
-        logger.warning(
-            "Lock %r was lost by owner %s after %.1fs: %s.", self.name, owner, held_for, reason
-        )
-        lock_lost.send(
-            sender=Lock,
-            lock=self,
-            name=self.name,
-            using=self.using,
-            owner=owner,
-            fencing_token=hold.fencing_token,
-            held_for=held_for,
-            reason=reason,
-        )
-        if self.on_lost is not None:
-            try:
-                self.on_lost(self)
-            except Exception:
-                logger.exception("The on_lost callback of lock %r failed.", self.name)
-
-    def _lost_message(self, hold: _Hold) -> str:
-        return (
-            f"Lock {self.name!r} was lost before the end of its hold ({hold.lost_reason}), so "
-            "another owner may have run at the same time."
-        )
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
 
     # Inspection ------------------------------------------------------------------------------
 
@@ -418,7 +357,7 @@ class Lock:
         if hold is None or hold.lost_reason is None:
             return
         if exc_type is None and self.raise_on_lost:
-            raise LockLostError(self._lost_message(hold), lock_name=self.name)
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
         # The block's own exception (or raise_on_lost=False) wins; the loss was logged.
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:

@@ -1,0 +1,97 @@
+"""What one owner holds through one lock handle, and how its events are announced.
+
+Every announcement goes out three ways: a log line on the ``django_redis_lock`` logger, a
+Django signal (:mod:`django_redis_lock.signals`), and, for a lost hold, the handle's
+``on_lost`` callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .renewal import Lease
+from .signals import lock_acquired, lock_lost, lock_released
+
+if TYPE_CHECKING:
+    from .lock import Lock
+
+__all__ = ["Hold"]
+
+logger = logging.getLogger("django_redis_lock")
+
+
+@dataclass(eq=False)
+class Hold:
+    """One owner's hold of one lock, taken through one handle; times are monotonic."""
+
+    lock: Lock
+    owner: str
+    fencing_token: int
+    acquired_at: float
+    count: int = 1
+    lease: Lease | None = None
+    lost_reason: str | None = None
+
+    def announce_acquired(self, waited: float) -> None:
+        """Log and signal that the hold was taken after ``waited`` seconds."""
+        lock = self.lock
+        logger.debug(
+            "Acquired lock %r (fencing token %s) after %.3fs.",
+            lock.name,
+            self.fencing_token,
+            waited,
+        )
+        if lock_acquired.receivers:  # the arguments are not built when nobody listens
+            lock_acquired.send(sender=type(lock), waited=waited, **self._signal_arguments())
+
+    def announce_released(self, holds_left: int) -> None:
+        """Log, and signal once the lock is free, that the owner dropped one hold."""
+        logger.debug("Released lock %r (%s holds left).", self.lock.name, holds_left)
+        if holds_left == 0 and lock_released.receivers:
+            held_for = time.monotonic() - self.acquired_at
+            lock_released.send(
+                sender=type(self.lock), held_for=held_for, **self._signal_arguments()
+            )
+
+    def report_lost(self, reason: str) -> None:
+        """Mark the hold lost and say so loudly, once: log, signal, ``on_lost`` callback."""
+        if self.lost_reason is not None:
+            return
+        self.lost_reason = reason
+        lock = self.lock
+        held_for = time.monotonic() - self.acquired_at
+        logger.warning(
+            "Lock %r was lost by owner %s after %.1fs: %s.",
+            lock.name,
+            self.owner,
+            held_for,
+            reason,
+        )
+        lock_lost.send(
+            sender=type(lock), held_for=held_for, reason=reason, **self._signal_arguments()
+        )
+        if lock.on_lost is not None:
+            try:
+                lock.on_lost(lock)
+            except Exception:
+                logger.exception("The on_lost callback of lock %r failed.", lock.name)
+
+    def lost_message(self) -> str:
+        """Return the message of the LockLostError raised for this lost hold."""
+        return (
+            f"Lock {self.lock.name!r} was lost before the end of its hold ({self.lost_reason}), "
+            "so another owner may have run at the same time."
+        )
+
+    def _signal_arguments(self) -> dict[str, object]:
+        lock = self.lock
+        return {
+            "lock": lock,
+            "name": lock.name,
+            "using": lock.using,
+            "owner": self.owner,
+            "fencing_token": self.fencing_token,
+        }
