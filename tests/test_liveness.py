@@ -376,3 +376,26 @@ def test_logging__debug_on_acquire_and_release_warning_on_timeout(
     assert any(
         level == "WARNING" and "Gave up acquiring lock 'live:logs'" in m for level, m in records
     )
+
+
+def test_contention__leaves_nothing_behind_but_the_fence(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    """Queues, waiter records and wake-up lists all go once the waiting is over."""
+    counts: list[int] = []
+
+    def contend() -> None:
+        handle, done = lock("live:tidy", timeout=10), 0
+        for _ in range(30):
+            with handle:
+                done += 1
+        counts.append(done)
+
+    threads = [threading.Thread(target=contend) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert counts == [30] * 4
+    left = sorted(k.decode() for k in raw_redis.scan_iter(match=f"{prefix}:*"))
+    assert left == [f"{prefix}:{{live:tidy}}:f"]
