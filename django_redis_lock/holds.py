@@ -1,8 +1,7 @@
 """What one owner holds through one lock handle, and how its events are announced.
 
-Every announcement goes out three ways: a log line on the ``django_redis_lock`` logger, a
-Django signal (:mod:`django_redis_lock.signals`), and, for a lost hold, the handle's
-``on_lost`` callback.
+Every announcement goes out as a log line on the ``django_redis_lock`` logger and a Django
+signal (:mod:`django_redis_lock.signals`); a lost hold also calls the handle's ``on_lost``.
 """
 
 from __future__ import annotations
@@ -11,6 +10,8 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from django.dispatch import Signal
 
 from .renewal import Lease
 from .signals import lock_acquired, lock_lost, lock_released
@@ -37,24 +38,20 @@ class Hold:
 
     def announce_acquired(self, waited: float) -> None:
         """Log and signal that the hold was taken after ``waited`` seconds."""
-        lock = self.lock
         logger.debug(
             "Acquired lock %r (fencing token %s) after %.3fs.",
-            lock.name,
+            self.lock.name,
             self.fencing_token,
             waited,
         )
         if lock_acquired.receivers:  # the arguments are not built when nobody listens
-            lock_acquired.send(sender=type(lock), waited=waited, **self._signal_arguments())
+            self._send(lock_acquired, waited=waited)
 
     def announce_released(self, holds_left: int) -> None:
         """Log, and signal once the lock is free, that the owner dropped one hold."""
         logger.debug("Released lock %r (%s holds left).", self.lock.name, holds_left)
         if holds_left == 0 and lock_released.receivers:
-            held_for = time.monotonic() - self.acquired_at
-            lock_released.send(
-                sender=type(self.lock), held_for=held_for, **self._signal_arguments()
-            )
+            self._send(lock_released, held_for=time.monotonic() - self.acquired_at)
 
     def report_lost(self, reason: str) -> None:
         """Mark the hold lost and say so loudly, once: log, signal, ``on_lost`` callback."""
@@ -70,9 +67,7 @@ class Hold:
             held_for,
             reason,
         )
-        lock_lost.send(
-            sender=type(lock), held_for=held_for, reason=reason, **self._signal_arguments()
-        )
+        self._send(lock_lost, held_for=held_for, reason=reason)
         if lock.on_lost is not None:
             try:
                 lock.on_lost(lock)
@@ -86,12 +81,24 @@ class Hold:
             "so another owner may have run at the same time."
         )
 
-    def _signal_arguments(self) -> dict[str, object]:
+    def _send(self, signal: Signal, **extra: object) -> None:
+        # A receiver that raises must not change what the lock does (leave a hold unreleased,
+        # a loss unreported): its error is logged instead.
         lock = self.lock
-        return {
-            "lock": lock,
-            "name": lock.name,
-            "using": lock.using,
-            "owner": self.owner,
-            "fencing_token": self.fencing_token,
-        }
+        replies = signal.send_robust(
+            sender=type(lock),
+            lock=lock,
+            name=lock.name,
+            using=lock.using,
+            owner=self.owner,
+            fencing_token=self.fencing_token,
+            **extra,
+        )
+        for receiver, reply in replies:
+            if isinstance(reply, Exception):
+                logger.error(
+                    "A receiver of a lock signal failed for lock %r: %r",
+                    lock.name,
+                    receiver,
+                    exc_info=reply,
+                )

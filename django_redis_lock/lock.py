@@ -206,7 +206,7 @@ class Lock:
                 self._held(owner, result.fencing_token, granted, started, renew=renew)
                 return True
             if not waiting:
-                if blocking:
+                if blocking and timeout:
                     logger.warning(
                         "Gave up acquiring lock %r after %.3fs: another owner holds it.",
                         self.name,
@@ -227,23 +227,23 @@ class Lock:
         now = time.monotonic()
         if hold is not None and hold.fencing_token == fencing_token:
             hold.count += 1
-        else:
-            hold = self._holds[owner] = Hold(self, owner, fencing_token, now)
-            self._lost.discard(owner)
-            if renew:
-                hold.lease = Lease(
-                    backend=self.backend,
-                    name=self.name,
-                    owner=owner,
-                    ttl=self.lease,
-                    ends=now + granted,
-                    on_lost=self._lost_by(hold),
-                    stop_at=None if self.max_hold is None else now + self.max_hold,
-                )
-                renewer.add(hold.lease)
-            elif granted + 0.001 < self.lease:
-                # Handed over with a short lease (see the backend): take the full one now.
-                self.backend.extend(self.name, owner, self.lease, replace=True)
+            return  # a reentrant acquire: announced once, with the first
+        hold = self._holds[owner] = Hold(self, owner, fencing_token, now)
+        self._lost.discard(owner)
+        if renew:
+            hold.lease = Lease(
+                backend=self.backend,
+                name=self.name,
+                owner=owner,
+                ttl=self.lease,
+                ends=now + granted,
+                on_lost=self._lost_by(hold),
+                stop_at=None if self.max_hold is None else now + self.max_hold,
+            )
+            renewer.add(hold.lease)
+        elif granted + 0.001 < self.lease:
+            # Handed over with a short lease (see the backend): take the full one now.
+            self.backend.extend(self.name, owner, self.lease, replace=True)
         hold.announce_acquired(now - started)
 
     def _lost_by(self, hold: Hold) -> Callable[[str], None]:

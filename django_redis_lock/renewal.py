@@ -11,9 +11,10 @@ registered. A lease stops being renewed when its lock is released (before the re
 sent, so a late renewal reply can never be mistaken for a loss), or when its ``max_hold``
 runs out; the holder then learns of the loss when the lease ends.
 
-The thread starts lazily on the first registration, survives backend errors (it retries, and
-reports a loss only once the lease has certainly ended), and is not inherited by a forked
-child: the child starts with no registered leases.
+The thread starts lazily on the first registration, and survives backend errors: it retries,
+and reports a loss once its estimate of the lease's end has passed (an estimate that errs
+early, by at most a round trip, never late). A forked child does not inherit it: the child
+starts with no registered leases.
 """
 
 from __future__ import annotations

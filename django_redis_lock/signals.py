@@ -5,12 +5,17 @@ keyword arguments: ``lock`` (the handle), ``name``, ``using`` (the alias), ``own
 owner token) and ``fencing_token``. Then:
 
 ``lock_acquired``
-    ``waited``: seconds spent acquiring (0 when the lock was free).
+    ``waited``: seconds spent acquiring, the round trips included. Sent for a new hold, not
+    for a reentrant acquire of a lock the owner holds already.
 ``lock_released``
-    ``held_for``: seconds between acquire and release.
+    ``held_for``: seconds between acquire and release. Sent when the owner's last hold is
+    dropped, so it pairs with ``lock_acquired``.
 ``lock_lost``
     ``held_for`` and ``reason`` (a sentence). Sent once per lost hold, from the thread that
     found out: the renewal thread, or the one that released.
+
+Signals are sent robustly: a receiver that raises is logged (ERROR, logger
+``django_redis_lock``) and never changes what the lock does.
 """
 
 from __future__ import annotations

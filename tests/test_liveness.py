@@ -399,3 +399,45 @@ def test_contention__leaves_nothing_behind_but_the_fence(
     assert counts == [30] * 4
     left = sorted(k.decode() for k in raw_redis.scan_iter(match=f"{prefix}:*"))
     assert left == [f"{prefix}:{{live:tidy}}:f"]
+
+
+def test_signals__a_failing_receiver_is_logged_and_changes_nothing(
+    using: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("receiver bug")
+
+    lock_acquired.connect(broken)
+    lock_released.connect(broken)
+    try:
+        with caplog.at_level(logging.ERROR, "django_redis_lock"), lock("live:broken", using=using):
+            pass
+    finally:
+        lock_acquired.disconnect(broken)
+        lock_released.disconnect(broken)
+    assert not lock("live:broken", using=using).locked()
+    assert caplog.text.count("A receiver of a lock signal failed") == 2
+
+
+def test_signals__a_reentrant_acquire_is_announced_once(using: str) -> None:
+    names: list[str] = []
+
+    def on_acquired(**kwargs: Any) -> None:
+        names.append(kwargs["name"])
+
+    lock_acquired.connect(on_acquired)
+    try:
+        handle = lock("live:once", using=using)
+        with handle, handle:
+            pass
+    finally:
+        lock_acquired.disconnect(on_acquired)
+    assert names == ["live:once"]
+
+
+def test_logging__a_zero_timeout_refusal_is_no_warning(
+    using: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, "django_redis_lock"), lock("live:quiet", using=using):
+        assert in_thread(lambda: lock("live:quiet", using=using).acquire(timeout=0)) is False
+    assert caplog.text == ""
