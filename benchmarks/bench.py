@@ -20,7 +20,7 @@ library on its own lock names:
    round trips that renewing 1,000 held locks costs (``footprint.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
-report (or ``--json``) to stdout. The default run takes about two minutes; ``--quick`` about
+report (or ``--json``) to stdout. The default run takes about 2.5 minutes; ``--quick`` about
 half a minute. Worker processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 
@@ -70,7 +70,8 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         warmup=args.warmup,
         slice_seconds=args.slice,
     )
-    floor = next(result for result in results if result.scenario is uncontended.FLOOR)
+    summary = uncontended.summarise(results)
+    ping_us = next(row["us_per_op"] for row in summary if row["scenario"] == uncontended.FLOOR.key)
     distinct = [footprint.distinct_names(client, lib, args.distinct) for lib in LIBRARIES.values()]
     renewal = footprint.renewal_cost(client, RENEW_LOCKS, RENEW_TTL, RENEW_OBSERVE)
     with Pool(max(PROCESSES), url) as pool:
@@ -79,7 +80,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             for case in contention.cases(PROCESSES)
         ]
         handoffs = [handoff.run_contender(pool, c, args.handoffs) for c in handoff.CONTENDERS]
-    handoff.add_ratios(handoffs, floor.micros)
+    handoff.add_ratios(handoffs, ping_us)
     data: dict[str, Any] = {
         "machine": report.describe_machine(client),
         "parameters": {
@@ -93,7 +94,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             "handoffs": args.handoffs,
             "distinct": args.distinct,
         },
-        "uncontended": uncontended.summarise(results),
+        "uncontended": summary,
         "contention": contended,
         "handoff": handoffs,
         "keys": {"distinct": distinct, "end": footprint.whole_run(client)},
@@ -142,16 +143,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     from django_redis_lock.testing import RedisServer
 
-    with RedisServer() as server:
-        configure_django(server.url)
-        client = redis.Redis.from_url(server.url)
-        try:
-            data = measure(args, server.url, client)
-        finally:
-            from django_redis_lock import locks
+    try:
+        with RedisServer() as server:
+            configure_django(server.url)
+            client = redis.Redis.from_url(server.url)
+            try:
+                data = measure(args, server.url, client)
+            finally:
+                from django_redis_lock import locks
 
-            locks.close_all()
-            client.close()
+                locks.close_all()
+                client.close()
+    except KeyboardInterrupt:
+        print("Interrupted; the worker processes and the server are stopped.", file=sys.stderr)
+        return 130
     print(json.dumps(data, indent=2) if args.json else report.format_report(data))
     return 0
 

@@ -1,0 +1,176 @@
+"""Several processes contending for one lock: throughput, time spent waiting, fairness, order.
+
+Every process loops for a fixed time, all starting at the same instant: acquire (blocking),
+a tiny critical section, release. The critical section reads a counter and writes it back
+plus one (two round trips): a read-modify-write that loses updates if two processes are
+ever inside at once, so the run also checks mutual exclusion.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from libraries import DJANGO_REDIS_LOCK, LIBRARIES, WAIT_LIMIT, Library
+from workers import Job, Pool
+
+#: An acquisition is out of order if its process began waiting more than this after another
+#: process that was still waiting when it got the lock (the slack absorbs the time between a
+#: process reading the clock and its request reaching Redis).
+ORDER_SLACK = 0.001
+
+
+@dataclass(frozen=True)
+class Case:
+    """One contention run: ``processes`` processes on one lock of ``library``."""
+
+    library: Library
+    processes: int
+    fair: bool = False
+
+    @property
+    def key(self) -> str:
+        """Return an identifier, also used in the lock's name."""
+        return f"{self.library.key}:{self.processes}{':fair' if self.fair else ''}"
+
+    @property
+    def label(self) -> str:
+        """Return the library's name, with fair=True when it is."""
+        return f"{self.library.label}{' fair=True' if self.fair else ''}"
+
+
+def cases(process_counts: Sequence[int]) -> list[Case]:
+    """Return every library at each count, and django-redis-lock fair at the largest."""
+    found = [Case(library, n) for n in process_counts for library in LIBRARIES.values()]
+    return [*found, Case(DJANGO_REDIS_LOCK, max(process_counts), fair=True)]
+
+
+def contend(job: Job, *, library: str, name: str, fair: bool, seconds: float, counter: str) -> Any:
+    """Loop acquire, read-modify-write, release for ``seconds`` (a job run in a worker)."""
+    lib = LIBRARIES[library]
+    handle = lib.handle(job.client, name, **({"fair": True} if fair else {}))
+    client = job.client
+    entered_at: list[float] = []
+    acquired_at: list[float] = []
+    start = job.wait_for_start()
+    end = start + seconds
+    while (entered := time.monotonic()) < end:
+        if not handle.acquire():
+            raise RuntimeError(f"{lib.label} did not acquire {name!r} within {WAIT_LIMIT} s")
+        acquired = time.monotonic()
+        client.set(counter, int(client.get(counter) or 0) + 1)
+        handle.release()
+        entered_at.append(entered)
+        acquired_at.append(acquired)
+    return {"start": start, "entered": entered_at, "acquired": acquired_at}
+
+
+def percentile(values: Sequence[float], percent: int) -> float:
+    """Return the ``percent``-th percentile of ``values`` (inclusive method)."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
+
+
+def jain(counts: Sequence[int]) -> float:
+    """Return Jain's fairness index of ``counts``: 1 when all are equal, 1/n when one has all."""
+    squares = sum(count * count for count in counts)
+    return sum(counts) ** 2 / (len(counts) * squares) if squares else 1.0
+
+
+def out_of_order(entries: Sequence[tuple[float, float]]) -> int:
+    """Count the ``(entered, acquired)`` acquisitions that overtook a process still waiting.
+
+    One overtakes another that began waiting more than :data:`ORDER_SLACK` earlier and got
+    the lock later. FIFO order means none.
+    """
+    by_acquisition = sorted(entries, key=lambda entry: entry[1])
+    earliest_later = float("inf")  # the earliest start of waiting among later acquisitions
+    count = 0
+    for entered, _ in reversed(by_acquisition):
+        if earliest_later < entered - ORDER_SLACK:
+            count += 1
+        earliest_later = min(earliest_later, entered)
+    return count
+
+
+def run_case(pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float) -> dict[str, Any]:
+    """Run one contention case in ``case.processes`` workers; return its summary row."""
+    name = f"contended:{case.processes}{':fair' if case.fair else ''}"
+    counter = f"bench-counter:{case.key}"
+    params = {
+        "library": case.library.key,
+        "name": name,
+        "fair": case.fair,
+        "seconds": seconds,
+        "counter": counter,
+    }
+    results = pool.run(contend, [params] * case.processes, timeout=seconds + WAIT_LIMIT + 30)
+    written = int(client.get(counter) or 0)
+    client.delete(counter)
+    end = results[0]["start"] + seconds
+    entries = [
+        pair
+        for result in results
+        for pair in zip(result["entered"], result["acquired"], strict=True)
+    ]
+    in_window = [(entered, acquired) for entered, acquired in entries if acquired < end]
+    counts = [sum(acquired < end for acquired in result["acquired"]) for result in results]
+    waits = [acquired - entered for entered, acquired in in_window]
+    overtakes = out_of_order(entries)
+    row = {
+        "case": case.key,
+        "library": case.library.key,
+        "label": case.label,
+        "processes": case.processes,
+        "fair": case.fair,
+        "seconds": seconds,
+        "acquisitions": len(in_window),
+        "acquisitions_per_s": round(len(in_window) / seconds, 1),
+        "wait_p50_ms": round(percentile(waits, 50) * 1e3, 3),
+        "wait_p99_ms": round(percentile(waits, 99) * 1e3, 3),
+        "wait_max_ms": round(max(waits) * 1e3, 3),
+        "jain": round(jain(counts), 4),
+        "per_process": counts,
+        "out_of_order": overtakes,
+        "out_of_order_share": round(overtakes / len(entries), 4),
+        "lost_updates": len(entries) - written,
+    }
+    print(
+        f"contention  {case.label:<30}{case.processes:>3} processes"
+        f"{row['acquisitions_per_s']:>10,.0f} acq/s  Jain {row['jain']:.3f}",
+        file=sys.stderr,
+    )
+    return row
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Return the contention rows as a plain-text table."""
+    header = (
+        f"{'library':<30}{'procs':>6}{'acq/s':>8}{'wait p50':>10}{'wait p99':>10}"
+        f"{'Jain':>7}{'min-max/proc':>15}{'out of order':>17}{'lost':>6}"
+    )
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        spread = f"{min(row['per_process'])}-{max(row['per_process'])}"
+        order = f"{row['out_of_order']} ({row['out_of_order_share']:.1%})"
+        lines.append(
+            f"{row['label']:<30}{row['processes']:>6}{row['acquisitions_per_s']:>8,.0f}"
+            f"{row['wait_p50_ms']:>8.2f}ms{row['wait_p99_ms']:>8.1f}ms{row['jain']:>7.3f}"
+            f"{spread:>15}{order:>17}{row['lost_updates']:>6}"
+        )
+    lines += [
+        "",
+        "wait: time inside acquire. Jain: (sum x)^2 / (n sum x^2) over per-process"
+        " acquisitions, 1 = perfectly even.",
+        "out of order: acquisitions that overtook a process waiting since more than"
+        f" {ORDER_SLACK * 1e3:g} ms earlier (FIFO: 0).",
+        "lost: counter updates lost by the read-modify-write critical section (mutual"
+        " exclusion: 0).",
+    ]
+    return "\n".join(lines)
