@@ -230,7 +230,10 @@ class Lock:
             return  # a reentrant acquire: announced once, with the first
         hold = self._holds[owner] = Hold(self, owner, fencing_token, now)
         self._lost.discard(owner)
-        if renew:
+        # Renewed leases are registered with the renewal thread. So is a lease handed over
+        # short (see the backend) to a holder that does not renew: the thread tops it up to
+        # the full lease once, at once, so this acquire returns without a second round trip.
+        if renew or granted + 0.001 < self.lease:
             hold.lease = Lease(
                 backend=self.backend,
                 name=self.name,
@@ -238,12 +241,10 @@ class Lock:
                 ttl=self.lease,
                 ends=now + granted,
                 on_lost=self._lost_by(hold),
-                stop_at=None if self.max_hold is None else now + self.max_hold,
+                stop_at=None if not renew or self.max_hold is None else now + self.max_hold,
+                once=not renew,
             )
             renewer.add(hold.lease)
-        elif granted + 0.001 < self.lease:
-            # Handed over with a short lease (see the backend): take the full one now.
-            self.backend.extend(self.name, owner, self.lease, replace=True)
         hold.announce_acquired(now - started)
 
     def _lost_by(self, hold: Hold) -> Callable[[str], None]:
@@ -308,7 +309,7 @@ class Lock:
                 f"Cannot check lock {self.name!r}: this owner does not hold it.",
                 lock_name=self.name,
             )
-        unrenewed = hold.lost_reason is None and hold.lease is None
+        unrenewed = hold.lost_reason is None and (hold.lease is None or hold.lease.once)
         if unrenewed and self.backend.ttl(self.name, owner) is None:
             self._lost_by(hold)("its lease ended")
         if hold.lost_reason is not None:

@@ -48,13 +48,16 @@ class Lease:
     ends: float
     on_lost: Callable[[str], None]
     stop_at: float | None = None
+    #: Renew once, at once, then forget the lease: for a lease handed over short to a holder
+    #: that does not renew, so its acquire need not wait for a second round trip.
+    once: bool = False
     due: float = field(init=False)
     active: bool = field(default=True, init=False)
     renewing: bool = field(default=True, init=False)
 
     def __post_init__(self) -> None:
         now = time.monotonic()
-        self.due = now + (self.ends - now) / 3
+        self.due = now if self.once else now + (self.ends - now) / 3
 
 
 class Renewer:
@@ -127,20 +130,9 @@ class Renewer:
         try:
             remaining = backend.renew([(x.name, x.owner, x.ttl) for x in renewed])
         except LockError as exc:
-            now = time.monotonic()
-            logger.warning("Could not renew %d lease(s): %s", len(renewed), exc)
-            for lease in renewed:
-                if now >= lease.ends:
-                    lost.append((lease, f"its lease ended while renewal failed: {exc}"))
-                else:
-                    lease.due = now + min(RETRY_AFTER_FAILURE, (lease.ends - now) / 3)
-            remaining = []
-        for lease, left in zip(renewed, remaining, strict=False):
-            if left is None:
-                lost.append((lease, "its lease ended, or another owner took the lock"))
-            else:
-                lease.ends = sent + left
-                lease.due = sent + lease.ttl / 3
+            lost += self._failed(renewed, exc)
+        else:
+            lost += self._renewed(renewed, remaining, sent)
         for lease, reason in lost:
             with self._cond:
                 if not lease.active:
@@ -148,6 +140,31 @@ class Renewer:
                 lease.active = False
                 self._leases.discard(lease)
             lease.on_lost(reason)
+
+    def _renewed(
+        self, leases: list[Lease], remaining: list[float | None], sent: float
+    ) -> list[tuple[Lease, str]]:
+        lost = []
+        for lease, left in zip(leases, remaining, strict=True):
+            if left is None:
+                lost.append((lease, "its lease ended, or another owner took the lock"))
+            elif lease.once:
+                self.remove(lease)
+            else:
+                lease.ends = sent + left
+                lease.due = sent + lease.ttl / 3
+        return lost
+
+    def _failed(self, leases: list[Lease], exc: LockError) -> list[tuple[Lease, str]]:
+        now = time.monotonic()
+        logger.warning("Could not renew %d lease(s): %s", len(leases), exc)
+        lost = []
+        for lease in leases:
+            if now >= lease.ends:
+                lost.append((lease, f"its lease ended while renewal failed: {exc}"))
+            else:
+                lease.due = now + min(RETRY_AFTER_FAILURE, (lease.ends - now) / 3)
+        return lost
 
     def _forget_in_child(self) -> None:
         # A forked child holds none of its parent's locks and has no renewal thread.

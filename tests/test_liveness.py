@@ -441,3 +441,19 @@ def test_logging__a_zero_timeout_refusal_is_no_warning(
     with caplog.at_level(logging.WARNING, "django_redis_lock"), lock("live:quiet", using=using):
         assert in_thread(lambda: lock("live:quiet", using=using).acquire(timeout=0)) is False
     assert caplog.text == ""
+
+
+def test_handoff__a_short_handed_over_lease_is_topped_up_to_the_full_lease(
+    using: str, backend: BaseLockBackend
+) -> None:
+    holder = lock("live:top-up", ttl=30, using=using)
+    holder.acquire()
+    waiter = lock("live:top-up", ttl=30, using=using, timeout=10)  # acquire(): no renewal
+    thread = threading.Thread(target=waiter.acquire)
+    thread.start()
+    eventually(lambda: queued(backend, "live:top-up") == 1)
+    holder.release()  # handed over with a lease of the waiter's registration + 1 s only
+    thread.join(10)
+    [info] = backend.lock_info("live:top-up")
+    eventually(lambda: backend.ttl("live:top-up", info.owner) > 25)
+    backend.force_release("live:top-up")

@@ -120,6 +120,7 @@ class RedisBackend(BaseLockBackend):
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
         self._fencing_arg = str(_ms(self.fencing_ttl)).encode()  # encoded once, sent often
+        self._renew_loaded = False
         timeout = option_seconds("socket_timeout", socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
@@ -248,6 +249,12 @@ class RedisBackend(BaseLockBackend):
         if not leases:
             return []
         sha, text = self._scripts["extend"]
+        if not self._renew_loaded:
+            # Loaded before the first pipeline: a pipeline of scripts the server does not know
+            # would fail whole, and be sent again.
+            with self._errors(None):
+                self.client.script_load(text)
+            self._renew_loaded = True
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
             queue: Callable[..., Any] = pipe.execute_command

@@ -12,13 +12,23 @@ local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
 local fence_ttl, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local fair, claim = string.find(ARGV[7], 'f', 1, true), string.find(ARGV[7], 'c', 1, true)
 
+local holders = redis.call('ZCARD', K_holders)
+if holders == 0 and not fair and not claim then
+  -- A free lock and a first, non-fair attempt (the common case): take it. It need not look
+  -- at the queue: it cannot be in it, and may take a free slot before waiters.
+  local fence = hold(owner, lease, meta, fence_ttl)
+  expire_at(now() + lease)
+  return {1, tonumber(fence), 1, lease}
+end
+
+--! helpers
+
 local function take()
   local fence = hold(owner, lease, meta, fence_ttl)
   settle()
   return {1, tonumber(fence), 1, lease}
 end
 
-local holders = redis.call('ZCARD', K_holders)
 if holders > 0 then
   purge()
   local current = lease_end(owner)
@@ -48,9 +58,7 @@ local function register()
   end
 end
 
--- A first attempt in the common case (non-fair, lock free) need not look at the queue: it
--- cannot be in it, and may take a free slot before waiters.
-local waiting = (fair or claim or holders > 0) and redis.call('EXISTS', K_queue) == 1
+local waiting = redis.call('EXISTS', K_queue) == 1
 if fair and waiting then
   -- Free slots go to the longest-waiting live owners, this one perhaps among them.
   if wait_ms > 0 then
@@ -71,11 +79,6 @@ if holders < limit and not (fair and waiting) then
   -- A free slot, and nobody to respect: take it (the common, uncontended case).
   if waiting then
     leave_queue(owner)
-  end
-  if holders == 0 then
-    local fence = hold(owner, lease, meta, fence_ttl)
-    expire_at(now() + lease)
-    return {1, tonumber(fence), 1, lease}
   end
   return take()
 end

@@ -3,6 +3,8 @@
 -- ARGV[1] owner token  ARGV[2] ms  ARGV[3] '1' to replace the lease, '0' to add to it
 -- Returns the new remaining lease in ms, or -1 if the owner holds nothing: an ended lease is
 -- never revived.
+--! helpers
+
 local owner, ms = ARGV[1], tonumber(ARGV[2])
 local current = lease_end(owner)
 if not current then

@@ -4,6 +4,8 @@
 -- ARGV[1] owner token, or '' for every holder  ARGV[2] how long a new fence outlives its
 -- lease (ms)
 -- Returns how many live holders were removed. The fencing counter is kept.
+--! helpers
+
 purge()
 local removed = 0
 if ARGV[1] == '' then

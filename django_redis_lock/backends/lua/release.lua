@@ -24,6 +24,9 @@ if holders == 1 and redis.call('EXISTS', K_queue) == 0 then
   redis.call('DEL', K_holders, K_data)
   return 0
 end
+
+--! helpers
+
 redis.call('ZREM', K_holders, owner)
 forget(owner)
 purge()
