@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -53,6 +54,8 @@ _HOST = socket.gethostname()
 #: the wait times out still finds it registered.
 REGISTRATION_MARGIN = 1.0
 
+_OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+
 
 class Lock:
     """A distributed, reentrant, fenced lock with a lease.
@@ -76,6 +79,7 @@ class Lock:
         max_hold: float | None = None,
         on_lost: Callable[[Lock], object] | None = None,
         raise_on_lost: bool = True,
+        owner: str | None = None,
     ) -> None:
         self.name = validate_name(name)
         self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
@@ -115,12 +119,21 @@ class Lock:
             )
         self.on_lost = on_lost
         self.raise_on_lost = raise_on_lost
+        if owner is not None and (not isinstance(owner, str) or not _OWNER.fullmatch(owner)):
+            raise InvalidLockArgumentError(
+                f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {owner!r}.",
+                lock_name=name,
+            )
+        self.owner = owner
         self._holds: dict[str, Hold] = {}
         self._lost: set[str] = set()
         self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<Lock {self.name!r} using={self.using!r}>"
+
+    def _owner_token(self) -> str:
+        return current_owner() if self.owner is None else self.owner
 
     @property
     def backend(self) -> BaseLockBackend:
@@ -140,7 +153,7 @@ class Lock:
         Tokens grow strictly with each new holder of this name: pass yours to the resource
         you write to, so it can refuse a writer whose token is older than one it has seen.
         """
-        hold = self._holds.get(current_owner())
+        hold = self._holds.get(self._owner_token())
         return None if hold is None else hold.fencing_token
 
     @property
@@ -149,7 +162,7 @@ class Lock:
 
         A hold is lost when its lease ended, or another owner took the lock, before release.
         """
-        owner = current_owner()
+        owner = self._owner_token()
         hold = self._holds.get(owner)
         return owner in self._lost if hold is None else hold.lost_reason is not None
 
@@ -181,7 +194,7 @@ class Lock:
         return self._acquire(blocking, timeout, renew=self.auto_renew is True)
 
     def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
-        backend, owner = self.backend, current_owner()
+        backend, owner = self.backend, self._owner_token()
         lease = backend.default_ttl if self._ttl is None else self._ttl
         holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
@@ -261,7 +274,7 @@ class Lock:
         :class:`LockNotOwnedError` if the caller holds nothing: it never acquired, it
         already released, or its lease ended (and another owner may hold the lock now).
         """
-        owner = current_owner()
+        owner = self._owner_token()
         hold = self._holds.get(owner)
         if hold is not None and hold.count == 1 and hold.lease is not None:
             renewer.remove(hold.lease)  # before the release: a late renewal is then no loss
@@ -287,7 +300,7 @@ class Lock:
         includes a lease that already ended: an ended lease is never revived.
         """
         seconds = validate_ttl(seconds, argument="seconds", lock_name=self.name)
-        remaining = self.backend.extend(self.name, current_owner(), seconds, replace=replace)
+        remaining = self.backend.extend(self.name, self._owner_token(), seconds, replace=replace)
         if remaining is None:
             raise LockNotOwnedError(
                 f"Cannot extend lock {self.name!r}: this owner does not hold it (never "
@@ -302,7 +315,7 @@ class Lock:
         With renewal, this reads what the renewal thread found (no round trip); without,
         it asks the backend.
         """
-        owner = current_owner()
+        owner = self._owner_token()
         hold = self._holds.get(owner)
         if hold is None:
             raise LockNotOwnedError(
@@ -323,7 +336,7 @@ class Lock:
 
     def owned(self) -> bool:
         """Return whether the calling owner holds the lock."""
-        return self.backend.ttl(self.name, current_owner()) is not None
+        return self.backend.ttl(self.name, self._owner_token()) is not None
 
     def ttl(self) -> float | None:
         """Return the seconds left of the caller's lease (else of the current holder's).
@@ -331,7 +344,7 @@ class Lock:
         None means nobody holds the lock.
         """
         backend = self.backend
-        remaining = backend.ttl(self.name, current_owner())
+        remaining = backend.ttl(self.name, self._owner_token())
         return backend.ttl(self.name) if remaining is None else remaining
 
     # Context manager and decorator -----------------------------------------------------------
@@ -352,7 +365,7 @@ class Lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        hold = self._holds.get(current_owner())
+        hold = self._holds.get(self._owner_token())
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             self.release()
         if hold is None or hold.lost_reason is None:
@@ -403,6 +416,7 @@ def lock(
     max_hold: float | None = None,
     on_lost: Callable[[Lock], object] | None = None,
     raise_on_lost: bool = True,
+    owner: str | None = None,
 ) -> Lock:
     """Return a :class:`Lock` named ``name`` on the backend ``using``.
 
@@ -416,6 +430,10 @@ def lock(
     :meth:`~Lock.acquire`), for at most ``max_hold`` seconds if given. When a hold is lost,
     ``on_lost(lock)`` is called, and leaving the ``with`` block raises
     :class:`~django_redis_lock.LockLostError` (only logged with ``raise_on_lost=False``).
+
+    ``owner`` replaces the calling thread as the owner with a token of your own (a job's id,
+    say): every thread using the handle is then that one owner, and anyone who knows the
+    token can release what it holds (as a Celery worker does for a task whose process died).
     """
     return Lock(
         name,
@@ -430,4 +448,5 @@ def lock(
         max_hold=max_hold,
         on_lost=on_lost,
         raise_on_lost=raise_on_lost,
+        owner=owner,
     )

@@ -1,0 +1,143 @@
+"""A Celery app for the tests: tasks that record what they do in Redis.
+
+The test suite starts a real worker on it (``celery -A tests.celery_app worker``) with the
+broker, the result backend and the locks on its throw-away redis-server, given by the
+environment: ``DRL_CELERY_URL`` and ``DRL_CELERY_PREFIX``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+django.setup()
+
+import redis  # noqa: E402
+from celery import Celery, shared_task  # noqa: E402
+from django.test import override_settings  # noqa: E402
+
+from django_redis_lock import locks  # noqa: E402
+from django_redis_lock.celery import single_instance  # noqa: E402
+from tests.conftest import locks_setting  # noqa: E402
+
+URL = os.environ.get("DRL_CELERY_URL", "redis://127.0.0.1:1/0")
+PREFIX = os.environ.get("DRL_CELERY_PREFIX", "celery-tests")
+
+if os.environ.get("DRL_CELERY_WORKER"):
+    override_settings(LOCKS=locks_setting(URL, PREFIX)).enable()
+
+app = Celery("tests", broker=URL, backend=URL, set_as_current=True)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    result_expires=600,
+    task_default_queue=f"{PREFIX}-queue",
+)
+
+_client: redis.Redis | None = None
+
+
+def record(event: str, **fields: Any) -> None:
+    """Append one event (with the process id and a system-wide monotonic time) to the log."""
+    global _client  # noqa: PLW0603
+    if _client is None:
+        _client = redis.Redis.from_url(URL)
+    fields.update(event=event, pid=os.getpid(), at=time.monotonic_ns())
+    _client.rpush(f"{PREFIX}:events", json.dumps(fields))
+
+
+def work(task: str, run: object, seconds: float) -> object:
+    record("start", task=task, run=run)
+    time.sleep(seconds)
+    record("end", task=task, run=run)
+    return run
+
+
+@app.task(bind=True)
+@single_instance()
+def exclusive(self: Any, run: int, seconds: float = 0.2) -> object:
+    return work("exclusive", run, seconds)
+
+
+@app.task
+@single_instance(key="{customer_id}")
+def bill(customer_id: int, run: int, seconds: float = 0.5) -> object:
+    return work(f"bill:{customer_id}", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(on_conflict="raise")
+def strict(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("strict", run, seconds)
+
+
+@app.task(bind=True, max_retries=50)
+@single_instance(on_conflict="retry", countdown=0.2)
+def retrying(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("retrying", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(on_conflict="wait", timeout=10)
+def patient(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("patient", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(limit=2)
+def pair(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("pair", run, seconds)
+
+
+@shared_task(bind=True)
+@single_instance(ttl=1)
+def long_running(self: Any, run: int, seconds: float = 3.0) -> object:
+    return work("long_running", run, seconds)
+
+
+@app.task(bind=True, max_retries=3)
+@single_instance()
+def retry_once(self: Any) -> object:
+    record("start", task="retry_once", run=self.request.retries)
+    if self.request.retries == 0:
+        retry = self.retry(countdown=0, throw=False)  # published now, under the same task id
+        time.sleep(0.5)  # still running: the retried run must find the lock free regardless
+        raise retry
+    [held] = locks["default"].lock_info(f"celery:{self.name}")
+    record("end", task="retry_once", run=self.request.retries, holds=held.holds)
+    return self.request.retries
+
+
+@app.task(bind=True)
+@single_instance(ttl=30)
+def stuck(self: Any, run: int, seconds: float = 60.0) -> object:
+    """A run the tests kill, revoke or time out; the next one must not wait 30 s."""
+    return work("stuck", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(ttl=30, on_conflict="wait", timeout=10)
+def stubborn(self: Any, run: int, seconds: float = 60.0) -> object:
+    """A run that ignores SIGTERM, so only SIGKILL ends it; it beats until then."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # process-wide: every thread ignores it
+    record("start", task="stubborn", run=run)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        record("beat", task="stubborn", run=run)
+        time.sleep(0.02)
+    record("end", task="stubborn", run=run)
+    return run
+
+
+@app.task
+def ping() -> str:
+    return "pong"

@@ -1,0 +1,174 @@
+"""``@single_instance`` without a worker: keys, settings, eager runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import inspect
+import logging
+import os
+import uuid
+from typing import Any
+
+import pytest
+from celery import Celery
+from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
+
+from django_redis_lock import LockNotAcquiredError, lock, locks
+from django_redis_lock.celery import MAX_READABLE_NAME, SingleInstance, config_of, single_instance
+
+
+@pytest.fixture
+def app() -> Celery:
+    """An eager Celery app: tasks run in this process, as in users' tests."""
+    eager = Celery("eager", set_as_current=False)
+    eager.conf.update(task_always_eager=True, task_eager_propagates=True)
+    return eager
+
+
+def config(key: Any, func: Any) -> SingleInstance:
+    decorated = single_instance(key)(func)
+    found = decorated.__single_instance__  # type: ignore[attr-defined]
+    assert isinstance(found, SingleInstance)
+    return found
+
+
+def billing(customer_id: int, kind: str = "monthly", *, dry_run: bool = False) -> None:
+    """A task function."""
+
+
+def test_key__template_over_bound_arguments_with_defaults() -> None:
+    found = config("{customer_id}:{kind}", billing)
+    assert found.lock_name("shop.bill", (7,), {}) == "celery:shop.bill:7:monthly"
+    assert found.lock_name("shop.bill", (), {"customer_id": 7, "kind": "x"}) == (
+        "celery:shop.bill:7:x"
+    )
+
+
+def test_key__none_is_one_lock_per_task() -> None:
+    assert config(None, billing).lock_name("shop.bill", (1,), {}) == "celery:shop.bill"
+
+
+def test_key__list_of_argument_names() -> None:
+    found = config(["kind", "customer_id"], billing)
+    assert found.lock_name("shop.bill", (7,), {"kind": "yearly"}) == "celery:shop.bill:yearly:7"
+
+
+def test_key__callable_gets_the_task_arguments() -> None:
+    found = config(lambda customer_id, **kw: f"c{customer_id * 2}", billing)
+    assert found.lock_name("shop.bill", (21,), {}) == "celery:shop.bill:c42"
+
+
+@pytest.mark.django_db
+def test_key__values_format_predictably() -> None:
+    def task(who: Any, when: Any, amount: Any, ref: Any) -> None:
+        pass
+
+    user = User.objects.create(username="ada")
+    found = config("{who}/{when}/{amount}/{ref}", task)
+    ref = uuid.UUID(int=1)
+    name = found.lock_name(
+        "t", (user, dt.datetime(2026, 1, 2, 3, 4, 5), decimal.Decimal("1.50"), ref), {}
+    )
+    assert name == f"celery:t:{user.pk}/2026-01-02T03:04:05/1.50/{ref}"
+
+
+def test_key__a_long_name_is_hashed_and_stays_stable() -> None:
+    found = config("{kind}", billing)
+    long_kind = "x" * 500
+    name = found.lock_name("shop.bill", (1, long_kind), {})
+    assert name.startswith("celery:shop.bill:sha256:")
+    assert len(name) <= MAX_READABLE_NAME
+    assert name == found.lock_name("shop.bill", (1, long_kind), {})
+    assert name != found.lock_name("shop.bill", (1, long_kind + "y"), {})
+
+
+def test_key__a_template_that_does_not_fit_names_the_arguments() -> None:
+    found = config("{customer}", billing)
+    with pytest.raises(ImproperlyConfigured, match="customer_id, kind, dry_run"):
+        found.lock_name("shop.bill", (1,), {})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"on_conflict": "ignore"}, "on_conflict must be 'skip', 'raise', 'retry' or 'wait'"),
+        ({"then": "retry"}, "then must be 'skip' or 'raise'"),
+        ({"timeout": 5}, "timeout only applies to on_conflict='wait'"),
+        ({"key": 42}, "key must be None, a template, a list of argument names or a callable"),
+    ],
+)
+def test_settings__bad_values_are_refused(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message):
+        single_instance(**kwargs)
+
+
+def test_settings__unknown_argument_names_are_refused() -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"\['customer'\] are not arguments"):
+        single_instance(["customer"])(billing)
+
+
+def test_decorator__keeps_the_signature_and_the_name() -> None:
+    decorated = single_instance("{customer_id}")(billing)
+    assert inspect.signature(decorated) == inspect.signature(billing)
+    assert decorated.__name__ == "billing"
+    assert decorated.__doc__ == "A task function."
+
+
+def test_eager__a_run_holds_the_lock_with_task_details(app: Celery) -> None:
+    seen: dict[str, Any] = {}
+
+    @app.task(bind=True, name="eager.report")
+    @single_instance("{day}")
+    def report(self: Any, day: str) -> str:
+        [info] = locks["default"].lock_info(f"celery:eager.report:{day}")
+        seen.update(info.metadata, owner=info.owner)
+        return day
+
+    result = report.delay("2026-11-21")
+    assert result.get() == "2026-11-21"
+    assert seen["task_name"] == "eager.report"
+    assert seen["owner"] == f"celery:{seen['task_id']}:{os.getpid()}"
+    assert seen["args"] == "day='2026-11-21'"
+    assert "worker_pid" in seen
+    assert "started_at" in seen
+    assert not lock("celery:eager.report:2026-11-21").locked()
+    assert config_of(report) is not None
+
+
+def test_eager__a_held_lock_makes_a_run_skip_with_a_warning(
+    app: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="eager.nightly")
+    @single_instance()
+    def nightly() -> str:
+        return "ran"
+
+    with lock("celery:eager.nightly", metadata={"task_id": "the-holder"}):
+        with caplog.at_level(logging.WARNING, "django_redis_lock"):
+            assert nightly.delay().get() is None
+    assert "held by task" in caplog.text
+    assert nightly.delay().get() == "ran"
+
+
+def test_eager__raise_policy_names_the_holder(app: Celery) -> None:
+    @app.task(name="eager.strict")
+    @single_instance(on_conflict="raise")
+    def strict() -> str:
+        return "ran"
+
+    with lock("celery:eager.strict", metadata={"task_id": "the-holder"}):
+        with pytest.raises(LockNotAcquiredError, match="held by task the-holder"):
+            strict.delay().get()
+
+
+def test_eager__the_lock_is_freed_when_the_body_raises(app: Celery) -> None:
+    @app.task(name="eager.broken")
+    @single_instance()
+    def broken() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        broken.delay().get()
+    assert not lock("celery:eager.broken").locked()

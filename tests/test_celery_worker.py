@@ -1,0 +1,233 @@
+"""``@single_instance`` on a real Celery worker (prefork, two children) with a Redis broker."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_py
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def worker(redis_url: str) -> Iterator[dict[str, Any]]:
+    """Start one real worker for the module; yield the app and the event log's client."""
+    prefix = f"celery-{secrets.token_hex(4)}"
+    env = {
+        **os.environ,
+        "DRL_CELERY_URL": redis_url,
+        "DRL_CELERY_PREFIX": prefix,
+        "DRL_CELERY_WORKER": "1",
+        "PYTHONPATH": str(ROOT),
+    }
+    os.environ["DRL_CELERY_URL"], os.environ["DRL_CELERY_PREFIX"] = redis_url, prefix
+    from tests import celery_app
+
+    celery_app.app.conf.update(
+        broker_url=redis_url, result_backend=redis_url, task_default_queue=f"{prefix}-queue"
+    )
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    log = open(ROOT / "artifacts" / "celery-worker.log", "ab")  # noqa: SIM115
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+            "--pool", "prefork", "--concurrency", "2", "--loglevel", "INFO",
+            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            "--hostname", f"{prefix}@%h", "--queues", f"{prefix}-queue",
+        ],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        assert celery_app.ping.delay().get(timeout=60) == "pong", "the worker did not start"
+        yield {"app": celery_app, "client": redis_py.Redis.from_url(redis_url), "prefix": prefix}
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture
+def tasks(worker: dict[str, Any]) -> Any:
+    """The test tasks, with an empty event log and no lock left from an earlier test."""
+    client, prefix = worker["client"], worker["prefix"]
+    client.delete(f"{prefix}:events")
+    for key in client.scan_iter(match=f"{prefix}:{{*"):
+        if not key.endswith(b":f"):
+            client.delete(key)
+    return worker["app"]
+
+
+def events(worker: dict[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
+    raw = worker["client"].lrange(f"{worker['prefix']}:events", 0, -1)
+    found = [json.loads(entry) for entry in raw]
+    return [e for e in found if kind is None or e["event"] == kind]
+
+
+def intervals(worker: dict[str, Any], task: str) -> list[tuple[int, int]]:
+    starts = {e["run"]: e["at"] for e in events(worker, "start") if e["task"] == task}
+    ends = {e["run"]: e["at"] for e in events(worker, "end") if e["task"] == task}
+    return sorted((starts[run], ends[run]) for run in starts if run in ends)
+
+
+def assert_no_overlap(spans: list[tuple[int, int]]) -> None:
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start, "two runs overlapped"
+
+
+def wait_for_start(
+    worker: dict[str, Any], task: str, run: object, timeout: float = 30
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in events(worker, "start"):
+            if event["task"] == task and event["run"] == run:
+                return event
+        time.sleep(0.02)
+    raise AssertionError(f"{task} run {run} did not start within {timeout}s")
+
+
+def test_duplicates__never_overlap_and_runs_plus_skips_add_up(tasks: Any, worker: Any) -> None:
+    results = [tasks.exclusive.delay(n, 0.3) for n in range(20)]
+    values = [r.get(timeout=60) for r in results]
+    ran = [v for v in values if v is not None]
+    skipped = [v for v in values if v is None]
+    starts = events(worker, "start")
+    assert len(ran) == len(starts) >= 1
+    assert len(ran) + len(skipped) == 20
+    assert skipped, "with two worker processes, some duplicates met a running instance"
+    assert_no_overlap(intervals(worker, "exclusive"))
+
+
+def test_policy_raise__names_the_holder(tasks: Any, worker: Any) -> None:
+    first = tasks.strict.delay(1, 1.0)
+    wait_for_start(worker, "strict", 1)
+    second = tasks.strict.delay(2, 0.0)
+    with pytest.raises(Exception, match=f"held by task {first.id}") as caught:
+        second.get(timeout=30)
+    assert type(caught.value).__name__ == "LockNotAcquiredError"
+    assert first.get(timeout=30) == 1
+
+
+def test_policy_retry__runs_every_duplicate_one_after_the_other(tasks: Any, worker: Any) -> None:
+    results = [tasks.retrying.delay(n, 0.3) for n in range(3)]
+    assert sorted(r.get(timeout=60) for r in results) == [0, 1, 2]
+    spans = intervals(worker, "retrying")
+    assert len(spans) == 3
+    assert_no_overlap(spans)
+
+
+def test_policy_wait__runs_every_duplicate_one_after_the_other(tasks: Any, worker: Any) -> None:
+    results = [tasks.patient.delay(n, 0.3) for n in range(2)]
+    assert sorted(r.get(timeout=60) for r in results) == [0, 1]
+    assert_no_overlap(intervals(worker, "patient"))
+
+
+def test_limit__lets_two_instances_run_at_once(tasks: Any, worker: Any) -> None:
+    results = [tasks.pair.delay(n, 1.0) for n in range(2)]
+    assert sorted(r.get(timeout=60) for r in results) == [0, 1]
+    (_, first_end), (second_start, _) = intervals(worker, "pair")
+    assert second_start < first_end, "the two instances ran at the same time"
+
+
+def test_keys__per_argument_locks(tasks: Any, worker: Any) -> None:
+    different = [tasks.bill.delay(1, 1, 1.0), tasks.bill.delay(2, 2, 1.0)]
+    assert sorted(r.get(timeout=60) for r in different) == [1, 2]
+    [(s1, e1)], [(s2, e2)] = intervals(worker, "bill:1"), intervals(worker, "bill:2")
+    assert s2 < e1, "different customers run in parallel"
+    assert s1 < e2, "different customers run in parallel"
+    same = [tasks.bill.delay(3, 3, 1.0), tasks.bill.delay(3, 4, 1.0)]
+    assert sorted(r.get(timeout=60) is None for r in same) == [False, True]
+
+
+def test_renewal__a_run_three_times_longer_than_its_lease_is_never_doubled(
+    tasks: Any, worker: Any
+) -> None:
+    first = tasks.long_running.delay(1, 3.0)  # ttl=1: only renewal keeps the lock
+    wait_for_start(worker, "long_running", 1)
+    time.sleep(1.5)
+    assert tasks.long_running.delay(2, 0.0).get(timeout=30) is None
+    assert first.get(timeout=30) == 1
+
+
+def test_self_retry__frees_the_lock_for_the_retried_run(tasks: Any, worker: Any) -> None:
+    assert tasks.retry_once.delay().get(timeout=60) == 1
+    runs = [e["run"] for e in events(worker, "start") if e["task"] == "retry_once"]
+    assert runs == [0, 1], "the retried run was not skipped"
+    # The first run, still sleeping after asking for the retry, released before the retry was
+    # published: the retried run holds the lock alone, not as a second hold of the first.
+    [end] = events(worker, "end")
+    assert end["holds"] == 1
+
+
+def test_chain__each_link_takes_the_lock_when_it_runs(tasks: Any, worker: Any) -> None:
+    from celery import chain
+
+    result = chain(tasks.exclusive.si(1, 0.1), tasks.exclusive.si(2, 0.1)).apply_async()
+    assert result.get(timeout=60) == 2
+    assert len(intervals(worker, "exclusive")) == 2
+
+
+def killed_run_frees_the_lock_at_once(worker: Any, tasks: Any, kill: Any) -> None:
+    first = tasks.stuck.delay(1, 60)
+    started = wait_for_start(worker, "stuck", 1)
+    kill(first, started)
+    killed_at = time.monotonic()
+    assert tasks.stuck.delay(2, 0.1).get(timeout=30) == 2
+    # The lease is 30 s: the lock was freed by the worker, not by expiry.
+    assert time.monotonic() - killed_at < 8
+
+
+def test_lifecycle__child_killed_frees_the_lock_at_once(tasks: Any, worker: Any) -> None:
+    killed_run_frees_the_lock_at_once(
+        worker, tasks, lambda result, started: os.kill(started["pid"], signal.SIGKILL)
+    )
+
+
+def test_lifecycle__revoke_with_terminate_frees_the_lock_at_once(tasks: Any, worker: Any) -> None:
+    killed_run_frees_the_lock_at_once(
+        worker, tasks, lambda result, started: result.revoke(terminate=True, signal="SIGKILL")
+    )
+
+
+def test_lifecycle__hard_time_limit_frees_the_lock_once_the_child_is_gone(
+    tasks: Any, worker: Any
+) -> None:
+    """A child that ignores SIGTERM runs on until SIGKILL: no new run may start before."""
+    first = tasks.stubborn.apply_async((1, 60), time_limit=1)
+    wait_for_start(worker, "stubborn", 1)
+    second = tasks.stubborn.delay(2, 0.1)  # waits for the lock (on_conflict="wait")
+    with pytest.raises(Exception, match=r"TimeLimitExceeded|Time limit"):
+        first.get(timeout=30)
+    assert second.get(timeout=30) == 2
+    last_beat = max(e["at"] for e in events(worker, "beat") if e["run"] == 1)
+    [second_start] = [e["at"] for e in events(worker, "start") if e["run"] == 2]
+    assert last_beat < second_start, "the second run overlapped the dying first one"
+    # Freed by the worker when the child died, long before the 30 s lease would have ended.
+    assert (second_start - last_beat) / 1e9 < 5
+
+
+def test_lifecycle__hard_time_limit_frees_the_lock_at_once(tasks: Any, worker: Any) -> None:
+    first = tasks.stuck.apply_async((1, 60), time_limit=1)
+    wait_for_start(worker, "stuck", 1)
+    with pytest.raises(Exception, match=r"TimeLimitExceeded|Time limit"):
+        first.get(timeout=30)
+    ended_at = time.monotonic()
+    assert tasks.stuck.delay(2, 0.1).get(timeout=30) == 2
+    assert time.monotonic() - ended_at < 8
