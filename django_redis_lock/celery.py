@@ -199,6 +199,8 @@ def single_instance(
             return result
 
         run.__single_instance__ = config  # type: ignore[attr-defined]
+        # For tools that do not follow __wrapped__, such as Celery's argument check.
+        run.__signature__ = config.signature  # type: ignore[attr-defined]
         return run
 
     return decorate
@@ -228,12 +230,17 @@ def _run_single(
     if task_id is not None:
         _running[task_id] = held
     try:
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+    except BaseException as exc:
+        # The body's exception (a Retry among them) wins over a lost lease, which is logged
+        # and signalled all the same. A lock released before a retry is not released again.
+        held.__exit__(type(exc), exc, exc.__traceback__)
+        raise
     finally:
         if task_id is not None:
             _running.pop(task_id, None)
-        if held.fencing_token is not None:  # not released already, before a retry
-            held.__exit__(None, None, None)
+    held.__exit__(None, None, None)
+    return result
 
 
 def _metadata(
@@ -269,7 +276,7 @@ def _conflict(config: SingleInstance, task: Task | None, held: Lock) -> Any:
         raise task.retry(
             countdown=countdown,
             max_retries=config.max_retries,
-            exc=LockNotAcquiredError(f"{message}: retrying in {countdown}s.", lock_name=held.name),
+            exc=LockNotAcquiredError(f"{message}.", lock_name=held.name),
         )
     if policy in {"raise", "retry"}:
         raise LockNotAcquiredError(f"{message}.", lock_name=held.name)
@@ -334,8 +341,8 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
 
     def release_once_gone() -> None:
         pid: int | None = request.worker_pid
-        if pid is None:
-            return  # never started: nothing is held
+        if pid is None or pid == os.getpid():
+            return  # never started, or ran in this process (a non-forking pool)
         if _process_gone(pid):
             release(pid)
         else:
@@ -346,7 +353,11 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
     on_failure, on_timeout = request.on_failure, request.on_timeout
 
     def failed(*args: Any, **kwargs: Any) -> Any:
-        release_once_gone()
+        # Only the pool's error callback (a child lost, terminated or out of time) comes
+        # here without return_ok: a body that raised or retried reports through on_success,
+        # with return_ok=True, and its own run has freed the lock already.
+        if not kwargs.get("return_ok", False):
+            release_once_gone()
         return on_failure(*args, **kwargs)
 
     def timed_out(soft: bool, timeout: float) -> Any:

@@ -15,7 +15,7 @@ from celery import Celery
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
-from django_redis_lock import LockNotAcquiredError, lock, locks
+from django_redis_lock import LockLostError, LockNotAcquiredError, lock, locks
 from django_redis_lock.celery import MAX_READABLE_NAME, SingleInstance, config_of, single_instance
 
 
@@ -172,3 +172,83 @@ def test_eager__the_lock_is_freed_when_the_body_raises(app: Celery) -> None:
     with pytest.raises(ValueError, match="boom"):
         broken.delay().get()
     assert not lock("celery:eager.broken").locked()
+
+
+def test_eager__a_lost_lease_does_not_hide_the_body_exception(
+    app: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="eager.lost")
+    @single_instance(ttl=5)
+    def lost() -> None:
+        locks["default"].force_release("celery:eager.lost")
+        raise ValueError("the body's own error")
+
+    with caplog.at_level(logging.WARNING, "django_redis_lock"):
+        with pytest.raises(ValueError, match="the body's own error"):
+            lost.delay().get()
+    assert "was lost" in caplog.text
+
+
+def test_eager__a_lost_lease_fails_a_run_that_succeeded(app: Celery) -> None:
+    @app.task(name="eager.lost-ok")
+    @single_instance(ttl=5)
+    def lost_ok() -> str:
+        locks["default"].force_release("celery:eager.lost-ok")
+        return "done"
+
+    with pytest.raises(LockLostError):
+        lost_ok.delay().get()
+
+
+def test_decorator__celery_checks_the_arguments_when_a_task_is_sent(app: Celery) -> None:
+    @app.task(name="eager.typed")
+    @single_instance("{customer_id}")
+    def typed(customer_id: int) -> int:
+        return customer_id
+
+    with pytest.raises(TypeError):
+        typed.delay(1, 2)
+    assert typed.delay(3).get() == 3
+
+
+class Request:
+    """The part of a Celery worker request that the worker-side hook uses."""
+
+    def __init__(self, task: Any, worker_pid: int | None) -> None:
+        self.task, self.worker_pid, self.id = task, worker_pid, "req-1"
+        self.args, self.kwargs = (), {}
+        self.calls: list[str] = []
+
+    def on_failure(
+        self, exc_info: object, send_failed_event: bool = True, return_ok: bool = False
+    ) -> None:
+        self.calls.append("on_failure")
+
+    def on_timeout(self, soft: bool, timeout: float) -> None:
+        self.calls.append("on_timeout")
+
+
+def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_redis_lock import celery as integration
+
+    @app.task(name="eager.hooked")
+    @single_instance()
+    def hooked() -> None:
+        pass
+
+    freed: list[int] = []
+    monkeypatch.setattr(
+        integration, "release_run", lambda task, task_id, pid, a, k: freed.append(pid)
+    )
+    gone_child = 2**22 + 12345  # no such process
+    request = Request(hooked, gone_child)
+    integration._watch_request(request=request)
+    request.on_failure(object(), return_ok=True)  # the body raised: reported via on_success
+    request.on_timeout(True, 1.0)  # a soft time limit: the body gets an exception
+    assert freed == []
+    request.on_failure(object())  # the pool's error callback: the child is gone
+    request.on_timeout(False, 1.0)  # a hard time limit
+    assert freed == [gone_child, gone_child]
+    assert request.calls == ["on_failure", "on_timeout", "on_failure", "on_timeout"]
