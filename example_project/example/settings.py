@@ -1,7 +1,8 @@
 """Settings of the example project: a shop whose invoices are locked with django-redis-lock.
 
-Redis is found through the ``REDIS_URL`` environment variable. ``manage.py demo`` starts a
-throw-away server of its own when it is unset.
+Redis is found through the ``REDIS_URL`` environment variable: it holds the locks and is
+Celery's broker and result backend. ``manage.py demo`` starts a throw-away server of its own
+when it is unset.
 """
 
 import os
@@ -63,12 +64,20 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 STATIC_URL = "static/"
 
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
 LOCKS = {
     "default": {
         "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
         "OPTIONS": {
-            "url": os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
+            "url": REDIS_URL,
             "key_prefix": "example",
         },
     },
 }
+
+# Celery (example/celery.py): the same Redis is the broker and keeps the results. Nothing
+# connects to it until a task is sent or a worker starts.
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

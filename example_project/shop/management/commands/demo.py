@@ -1,4 +1,4 @@
-"""``manage.py demo``: worker processes share one lock, and fencing stops a stale holder."""
+"""``manage.py demo``: one lock across processes, fencing, and a single-instance Celery task."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ import copy
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management import BaseCommand, CommandError, CommandParser
 from django.test import override_settings
 
-from django_redis_lock import lock
+from django_redis_lock import lock, locks
 from django_redis_lock.backends.redis import redact_url
 from django_redis_lock.testing import RedisServer, RedisServerError
 from shop.state import LOCK_NAME, clear, demo_key, redis_client, redis_url, signal, wait_for
@@ -24,12 +26,38 @@ from shop.storage import FencedStorage
 WORKER_TIMEOUT = 30.0
 #: The stale holder's lease: short, so the demo does not wait long for it to end.
 LEASE = 0.5
+#: Seconds the demo waits for a Celery task's result.
+RESULT_TIMEOUT = 20.0
+#: The billing runs sent at once: three for one customer, one for another.
+BILLED = (42, 42, 42, 7)
+
+if TYPE_CHECKING:
+    from celery.result import AsyncResult
+
+
+@dataclass
+class CeleryOutcome:
+    """What part 3 saw: runs and skipped runs by customer, and of the nightly report."""
+
+    runs: dict[int, int]
+    skipped: dict[int, int]
+    report_runs: int
+    report_skipped: int
+
+    def holds(self) -> bool:
+        """Return whether each lock let exactly one run through, skipping the duplicates."""
+        return (
+            self.runs == {42: 1, 7: 1}
+            and self.skipped == {42: 2, 7: 0}
+            and (self.report_runs, self.report_skipped) == (1, 1)
+        )
 
 
 class Command(BaseCommand):
     help = (
-        "Show worker processes taking turns with one lock, and a storage refusing the late "
-        "write of a holder whose lease ended. Uses REDIS_URL, else a throw-away Redis."
+        "Show worker processes taking turns with one lock, a storage refusing the late write "
+        "of a holder whose lease ended, and a Celery task that runs once at a time per "
+        "customer. Uses REDIS_URL, else a throw-away Redis."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,15 +67,27 @@ class Command(BaseCommand):
         parser.add_argument(
             "--rounds", type=int, default=3, help="Times each process takes the lock."
         )
+        parser.add_argument(
+            "--skip-celery",
+            action="store_true",
+            help="Leave out part 3, which starts a Celery worker.",
+        )
 
     def say(self, line: str = "") -> None:
         # Flushed at once: the workers write to the same terminal.
         self.stdout.write(line)
         self.stdout.flush()
 
-    def handle(self, *args: Any, workers: int, rounds: int, **options: Any) -> None:
+    def handle(
+        self, *args: Any, workers: int, rounds: int, skip_celery: bool, **options: Any
+    ) -> None:
         if workers < 2 or rounds < 1:
             raise CommandError("--workers must be at least 2 and --rounds at least 1.")
+        if not skip_celery and find_spec("celery") is None:
+            raise CommandError(
+                "Part 3 needs Celery: pip install 'django-redis-lock[example]', or pass "
+                "--skip-celery."
+            )
         with contextlib.ExitStack() as stack:
             if os.environ.get("REDIS_URL"):
                 self.say(f"Redis: {redact_url(redis_url())} (from REDIS_URL)")
@@ -63,6 +103,7 @@ class Command(BaseCommand):
             clear(self.client)
             counter = self.show_mutual_exclusion(workers, rounds)
             stale, newest = self.show_fencing()
+            celery = None if skip_celery else self.show_single_instance()
             self.say()
             self.say("Summary")
             expected = workers * rounds
@@ -73,7 +114,9 @@ class Command(BaseCommand):
             else:
                 self.say(f"  stale write refused: token {stale} < {newest}")
             self.say(f"  {LOCK_NAME} is {'still held' if lock(LOCK_NAME).locked() else 'free'}")
-        if counter != expected or stale is None:
+            if celery is not None:
+                self.summarise_celery(celery)
+        if counter != expected or stale is None or (celery is not None and not celery.holds()):
             raise CommandError("The demo's invariants were violated; see the summary above.")
 
     def show_mutual_exclusion(self, workers: int, rounds: int) -> int:
@@ -106,6 +149,138 @@ class Command(BaseCommand):
         storage = FencedStorage(self.client)
         refused = storage.refused_tokens()
         return (refused[0] if refused else None), storage.highest_token()
+
+    def show_single_instance(self) -> CeleryOutcome:
+        """Send billing runs and reports to a real Celery worker at once; return what ran."""
+        from example.celery import app
+
+        from shop.celery_worker import CeleryWorker
+
+        self.say()
+        self.say("3. A Celery task that never runs twice at once for one customer")
+        self.say('   shop.tasks.bill_customer has @single_instance(key="{customer_id}",')
+        self.say('   on_conflict="skip"): a run that finds its customer\'s lock held is skipped')
+        self.say("   and returns None; other customers have locks of their own.")
+        # The demo sends its tasks where the worker takes them: to the Redis of the locks.
+        app.conf.update(broker_url=redis_url(), result_backend=redis_url())
+        sent: list[AsyncResult] = []
+        with CeleryWorker(redis_url=redis_url(), queue=demo_key("celery")) as worker:
+            waited = worker.wait_until_ready(app)
+            self.say(
+                f"   A Celery worker ({worker.concurrency} prefork processes) answered after "
+                f"{waited:.1f} s."
+            )
+            try:
+                outcome = self.send_tasks(worker.queue, sent)
+            except Exception as exc:
+                raise CommandError(
+                    f"Part 3 failed: {exc}\nThe worker's last lines:\n{worker.log_tail()}"
+                ) from exc
+            finally:
+                forget(sent)
+        self.say("   Stopped the worker: SIGTERM, a warm shutdown.")
+        return outcome
+
+    def send_tasks(self, queue: str, sent: list[AsyncResult]) -> CeleryOutcome:
+        """Bill customers 42 (three times) and 7 at once, then ask for two reports at once.
+
+        Every result sent is added to ``sent``, for the caller to forget.
+        """
+        runs, skipped = self.bill(queue, sent)
+        self.say("   shop.tasks.nightly_report has @single_instance() with no key: one lock for")
+        self.say("   the task, whatever its arguments. Sent it twice at once:")
+        made = self.report(queue, sent)
+        return CeleryOutcome(runs, skipped, report_runs=made, report_skipped=2 - made)
+
+    def bill(self, queue: str, sent: list[AsyncResult]) -> tuple[dict[int, int], dict[int, int]]:
+        """Send the billing runs of ``BILLED`` at once; return the runs and skips by customer."""
+        from shop.tasks import bill_customer, billing_runs
+
+        billing = [(c, bill_customer.apply_async((c,), queue=queue)) for c in BILLED]
+        sent += [result for _, result in billing]
+        self.say("   Sent bill_customer(42) three times and bill_customer(7) once, at once.")
+        wait_for(self.client, "billing:42")
+        self.show_holder(bill_lock(42))
+        wait_for(self.client, "billing:7")
+        self.say("   Locks held when customer 7's run started:")
+        held = locks["default"].iter_locks(bill_lock("*"))
+        for info in sorted(held, key=lambda info: info.name):
+            task_id = str(info.metadata.get("task_id"))
+            pid = info.metadata.get("worker_pid")
+            self.say(f"     {info.name:<36} task {task_id[:8]}  worker pid {pid}")
+
+        self.say("   Results:")
+        skipped = dict.fromkeys(BILLED, 0)
+        for customer, result in billing:
+            value = result.get(timeout=RESULT_TIMEOUT)
+            if value is None:
+                skipped[customer] += 1
+                about = f"None: skipped, customer {customer} was being billed"
+            else:
+                about = f"billed by worker pid {value['worker_pid']}"
+            call = f"bill_customer({customer})"
+            self.say(f"     {call:<17} task {result.id[:8]}  {about}")
+        # Counted from what the runs recorded, not from what they returned.
+        runs = dict.fromkeys(BILLED, 0)
+        done: dict[int, dict[str, Any]] = {}
+        for run in billing_runs(self.client):
+            runs[run["customer_id"]] += 1
+            done[run["customer_id"]] = run
+        if runs == {42: 1, 7: 1}:
+            first, second = done[42], done[7]
+            together = first["started"] < second["ended"] and second["started"] < first["ended"]
+            self.say(
+                "   Customers 42 and 7 were billed at the same time: each has a lock of its own."
+                if together
+                else "   Customer 7 was billed after customer 42: the worker had no free process."
+            )
+        return runs, skipped
+
+    def report(self, queue: str, sent: list[AsyncResult]) -> int:
+        """Send two nightly reports at once; return how many ran."""
+        from shop.tasks import nightly_report
+
+        pending = [nightly_report.apply_async(queue=queue) for _ in range(2)]
+        sent += pending
+        reports = [result.get(timeout=RESULT_TIMEOUT) for result in pending]
+        for report in reports:
+            about = "None: skipped" if report is None else f"{report['runs']} billing runs"
+            self.say(f"     {'nightly_report()':<17} {about}")
+        return sum(report is not None for report in reports)
+
+    def show_holder(self, name: str) -> None:
+        """Print who holds the lock ``name``, as the lock records it."""
+        self.say("   While customer 42 is billed, its lock says who holds it:")
+        self.say(f'     locks["default"].lock_info("{name}")')
+        holders = locks["default"].lock_info(name)
+        if not holders:
+            self.say("     (free again: the run ended before the demo looked)")
+        for info in holders:
+            data = info.metadata
+            self.say(f"       task id     {data.get('task_id')}")
+            self.say(f"       task name   {data.get('task_name')}")
+            self.say(f"       worker      {data.get('hostname')}, pid {data.get('worker_pid')}")
+            self.say(f"       args        {data.get('args')}")
+            self.say(f"       lease       {info.ttl:.1f} s left, renewed while the run lasts")
+
+    def summarise_celery(self, outcome: CeleryOutcome) -> None:
+        """Print part 3's lines of the summary."""
+        runs, skipped = outcome.runs, outcome.skipped
+        line = f"  customer 42: {plural(runs[42], 'run')}, {skipped[42]} skipped; "
+        line += f"customer 7: {plural(runs[7], 'run')}"
+        if skipped[7]:
+            line += f", {skipped[7]} skipped"
+        self.say(line)
+        self.say(
+            f"  nightly report: {plural(outcome.report_runs, 'run')}, "
+            f"{outcome.report_skipped} skipped"
+        )
+        if not outcome.holds():
+            self.say("  expected one run per customer and one report: @single_instance FAILED")
+        for customer in dict.fromkeys(BILLED):
+            name = bill_lock(customer)
+            state = "still held" if locks["default"].locked(name) else "free"
+            self.say(f"  {name} is {state}")
 
     def run_workers(self, argvs: list[list[str]], *, start: bool = False) -> None:
         """Run one ``demo_worker`` process per argument list and wait for all of them.
@@ -140,3 +315,24 @@ def locks_at(url: str) -> dict[str, Any]:
     value = copy.deepcopy(settings.LOCKS)
     value["default"]["OPTIONS"]["url"] = url
     return value
+
+
+def bill_lock(customer: int | str) -> str:
+    """Return the name of the lock ``@single_instance`` takes to bill ``customer``."""
+    return f"celery:shop.tasks.bill_customer:{customer}"
+
+
+def forget(results: list[AsyncResult]) -> None:
+    """Delete ``results`` from the result backend, and stop listening for them.
+
+    Done while Redis still runs: a result left pending would try to unsubscribe when it is
+    garbage-collected, and retry for a long while if the throw-away Redis is gone by then.
+    """
+    for result in results:
+        with contextlib.suppress(Exception):
+            result.forget()
+
+
+def plural(count: int, noun: str) -> str:
+    """Return ``"1 run"``, ``"2 runs"``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
