@@ -46,13 +46,17 @@ app.conf.update(
 _client: redis.Redis | None = None
 
 
-def record(event: str, **fields: Any) -> None:
-    """Append one event (with the process id and a system-wide monotonic time) to the log."""
+def _redis() -> redis.Redis:
     global _client  # noqa: PLW0603
     if _client is None:
         _client = redis.Redis.from_url(URL)
+    return _client
+
+
+def record(event: str, **fields: Any) -> None:
+    """Append one event (with the process id and a system-wide monotonic time) to the log."""
     fields.update(event=event, pid=os.getpid(), at=time.monotonic_ns())
-    _client.rpush(f"{PREFIX}:events", json.dumps(fields))
+    _redis().rpush(f"{PREFIX}:events", json.dumps(fields))
 
 
 def work(task: str, run: object, seconds: float) -> object:
@@ -136,6 +140,16 @@ def stubborn(self: Any, run: int, seconds: float = 60.0) -> object:
         time.sleep(0.02)
     record("end", task="stubborn", run=run)
     return run
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@single_instance(ttl=30)
+def redelivered(self: Any, run: int) -> object:
+    """A run whose first delivery is killed; Celery then redelivers it (same task id)."""
+    deliveries = _redis().incr(f"{PREFIX}:deliveries:{self.request.id}")
+    record("start", task="redelivered", run=run, delivery=deliveries)
+    time.sleep(60 if deliveries == 1 else 0.1)
+    return deliveries
 
 
 @app.task

@@ -234,3 +234,18 @@ def test_lifecycle__hard_time_limit_frees_the_lock_at_once(tasks: Any, worker: A
     ended_at = time.monotonic()
     assert tasks.stuck.delay(2, 0.1).get(timeout=30) == 2
     assert time.monotonic() - ended_at < 8
+
+
+def test_lifecycle__a_redelivered_run_finds_the_lock_of_its_killed_delivery_freed(
+    tasks: Any, worker: Any
+) -> None:
+    """acks_late + reject_on_worker_lost: no task_failure is sent, the message comes back."""
+    result = tasks.redelivered.delay(1)
+    first = wait_for_start(worker, "redelivered", 1)
+    os.kill(first["pid"], signal.SIGKILL)
+    # The second delivery has the same task id but runs in another process: it is not the
+    # killed run's owner, so it runs only because the worker freed that run's hold.
+    assert result.get(timeout=30) == 2
+    deliveries = [e for e in events(worker, "start") if e["task"] == "redelivered"]
+    assert [e["delivery"] for e in deliveries] == [1, 2]
+    assert deliveries[1]["pid"] != first["pid"]
