@@ -349,3 +349,22 @@ def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     assert backend.acquire("contract:sem-dead", "new", ttl=10, limit=2, metadata=meta).acquired
     assert sorted(i.owner for i in backend.iter_locks("contract:sem-dead")) == ["live", "new"]
     backend.force_release("contract:sem-dead")
+
+
+def test_scan_page__pages_through_every_lock_once(using: str, backend: BaseLockBackend) -> None:
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    for index in range(130):
+        assert backend.acquire(f"page:{index:03}", "o", ttl=30, metadata=meta).acquired
+    seen: list[str] = []
+    cursor, pages = None, 0
+    while True:
+        cursor, page = backend.scan_page("page:*", cursor, count=25)
+        seen.extend(info.name for info in page)
+        pages += 1
+        if cursor is None:
+            break
+    assert sorted(seen) == [f"page:{index:03}" for index in range(130)]
+    assert pages >= 2
+    for index in range(130):
+        backend.release(f"page:{index:03}", "o")
+    assert backend.scan_page("page:*") == (None, [])

@@ -213,6 +213,24 @@ class BaseLockBackend:
             "subclasses of BaseLockBackend must provide an iter_locks() method"
         )
 
+    def scan_page(
+        self, pattern: str = "*", cursor: str | None = None, count: int = 50
+    ) -> tuple[str | None, list[LockInfo]]:
+        """Return one page of :meth:`iter_locks` and the cursor of the next (None: the last).
+
+        Start with ``cursor=None``; pass each returned cursor back for the next page. A page
+        holds about ``count`` locks (every holder of each), possibly more or fewer; locks
+        taken or freed meanwhile may or may not appear, as with Redis ``SCAN``. This default
+        pages through a sorted listing; backends with a server-side cursor override it.
+        """
+        infos = sorted(self.iter_locks(pattern), key=lambda i: (i.name, i.owner))
+        names = sorted({info.name for info in infos})
+        start = int(cursor or 0)
+        chosen = set(names[start : start + count])
+        end = start + count
+        page = [info for info in infos if info.name in chosen]
+        return (str(end) if end < len(names) else None), page
+
     def force_release(self, name: str, owner: str | None = None) -> int:
         """Remove every holder of ``name`` (or only ``owner``); return how many were removed.
 

@@ -299,6 +299,23 @@ class RedisBackend(BaseLockBackend):
             if batch:
                 yield from self._read_batch(batch)
 
+    def scan_page(
+        self, pattern: str = "*", cursor: str | None = None, count: int = 50
+    ) -> tuple[str | None, list[LockInfo]]:
+        # Redis's own SCAN cursor: memory stays bounded however many locks are held.
+        match = f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
+        position, keys = int(cursor or 0), list[bytes]()
+        with self._errors(None):
+            while True:
+                position, found = self.client.scan(
+                    position, match=match, count=max(count, 100), _type="zset"
+                )
+                keys.extend(k if isinstance(k, bytes) else k.encode() for k in found)
+                if position == 0 or len(keys) >= count:
+                    break
+            infos = list(self._read_batch(keys)) if keys else []
+        return (None if position == 0 else str(position)), infos
+
     def _read_batch(self, keys: list[bytes]) -> Iterator[LockInfo]:
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
