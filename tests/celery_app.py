@@ -122,9 +122,9 @@ def retry_once(self: Any) -> object:
 
 
 @app.task(bind=True)
-@single_instance(ttl=30)
+@single_instance(ttl=30, on_conflict="wait", timeout=10)
 def stuck(self: Any, run: int, seconds: float = 60.0) -> object:
-    """A run the tests kill, revoke or time out; the next one must not wait 30 s."""
+    """A run the tests kill, revoke or time out; the next one waits for the lock, not 30 s."""
     return work("stuck", run, seconds)
 
 
