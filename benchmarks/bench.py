@@ -20,7 +20,9 @@ library on its own lock names:
    round trips that renewing 1,000 held locks costs (``footprint.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
-report (or ``--json``) to stdout. The default run takes about 2.5 minutes; ``--quick`` about
+report (or ``--json``) to stdout. ``--listing N`` runs instead one benchmark left out by
+default: ``manage.py locks list`` over ``N`` held locks, its time and peak memory
+(``listing.py``). The default run takes about 2.5 minutes; ``--quick`` about
 half a minute. Worker processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 
@@ -37,6 +39,7 @@ from typing import Any
 import contention
 import footprint
 import handoff
+import listing
 import redis
 import report
 import uncontended
@@ -119,6 +122,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--handoffs", type=int, default=200, help="handoffs per library (200)")
     parser.add_argument("--distinct", type=int, default=10_000, help="distinct locks (10000)")
+    parser.add_argument(
+        "--listing",
+        type=int,
+        metavar="N",
+        help="instead of the rest, time `manage.py locks list` over N held locks (100000)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     args = parser.parse_args(argv)
     if args.quick:
@@ -129,6 +138,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error("--seconds, --slice and --contention-seconds must be > 0, --warmup >= 0")
     if min(args.rounds, args.handoffs, args.distinct) < 1:
         parser.error("--rounds, --handoffs and --distinct must be >= 1")
+    if args.listing is not None and args.listing < 1:
+        parser.error("--listing must be >= 1")
     return args
 
 
@@ -148,7 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_django(server.url)
             client = redis.Redis.from_url(server.url)
             try:
-                data = measure(args, server.url, client)
+                if args.listing is None:
+                    data = measure(args, server.url, client)
+                else:
+                    data = {"machine": report.describe_machine(client)}
+                    data["listing"] = listing.measure(client, args.listing, args.rounds)
             finally:
                 from django_redis_lock import locks
 
@@ -157,7 +172,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted; the worker processes and the server are stopped.", file=sys.stderr)
         return 130
-    print(json.dumps(data, indent=2) if args.json else report.format_report(data))
+    if args.json:
+        print(json.dumps(data, indent=2))
+    elif args.listing is not None:
+        print(listing.format_report(data["listing"]))
+    else:
+        print(report.format_report(data))
     return 0
 
 
