@@ -58,10 +58,26 @@ _OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
 
 
 class Lock:
-    """A distributed, reentrant, fenced lock with a lease.
+    """A distributed, reentrant, fenced lock named ``name``, on the backend ``using``.
 
     Use it as a context manager, a decorator, or through :meth:`acquire` and :meth:`release`,
-    as you would :class:`threading.RLock`. See :func:`lock` for the parameters.
+    as you would :class:`threading.RLock`; :func:`lock` is the same class, by the name that
+    reads well in ``with lock("reports:daily"):``.
+
+    ``ttl`` is the lease in seconds (default: the backend's ``ttl`` option): a holder that
+    dies frees the lock when it ends. ``timeout`` bounds a blocking acquire (None: wait for
+    ever). ``metadata`` is a JSON-serialisable dict shown to anyone listing held locks.
+
+    ``limit`` lets that many owners hold the lock at once (a counting semaphore). ``fair``
+    serves waiters strictly in arrival order. ``auto_renew`` renews the lease every third of
+    it while the lock is held (default: on for ``with`` blocks and decorators, off for
+    :meth:`~Lock.acquire`), for at most ``max_hold`` seconds if given. When a hold is lost,
+    ``on_lost(lock)`` is called, and leaving the ``with`` block raises
+    :class:`~django_redis_lock.LockLostError` (only logged with ``raise_on_lost=False``).
+
+    ``owner`` replaces the calling thread as the owner with a token of your own (a job's id,
+    say): every thread using the handle is then that one owner, and anyone who knows the
+    token can release what it holds (as a Celery worker does for a task whose process died).
     """
 
     def __init__(
@@ -402,51 +418,5 @@ class Lock:
         return cached[1]
 
 
-def lock(
-    name: str,
-    *,
-    ttl: float | None = None,
-    blocking: bool = True,
-    timeout: float | None = None,
-    using: str = DEFAULT_ALIAS,
-    metadata: dict[str, Any] | None = None,
-    limit: int = 1,
-    fair: bool = False,
-    auto_renew: bool | None = None,
-    max_hold: float | None = None,
-    on_lost: Callable[[Lock], object] | None = None,
-    raise_on_lost: bool = True,
-    owner: str | None = None,
-) -> Lock:
-    """Return a :class:`Lock` named ``name`` on the backend ``using``.
-
-    ``ttl`` is the lease in seconds (default: the backend's ``ttl`` option): a holder that
-    dies frees the lock when it ends. ``timeout`` bounds a blocking acquire (None: wait for
-    ever). ``metadata`` is a JSON-serialisable dict shown to anyone listing held locks.
-
-    ``limit`` lets that many owners hold the lock at once (a counting semaphore). ``fair``
-    serves waiters strictly in arrival order. ``auto_renew`` renews the lease every third of
-    it while the lock is held (default: on for ``with`` blocks and decorators, off for
-    :meth:`~Lock.acquire`), for at most ``max_hold`` seconds if given. When a hold is lost,
-    ``on_lost(lock)`` is called, and leaving the ``with`` block raises
-    :class:`~django_redis_lock.LockLostError` (only logged with ``raise_on_lost=False``).
-
-    ``owner`` replaces the calling thread as the owner with a token of your own (a job's id,
-    say): every thread using the handle is then that one owner, and anyone who knows the
-    token can release what it holds (as a Celery worker does for a task whose process died).
-    """
-    return Lock(
-        name,
-        ttl=ttl,
-        blocking=blocking,
-        timeout=timeout,
-        using=using,
-        metadata=metadata,
-        limit=limit,
-        fair=fair,
-        auto_renew=auto_renew,
-        max_hold=max_hold,
-        on_lost=on_lost,
-        raise_on_lost=raise_on_lost,
-        owner=owner,
-    )
+#: ``lock(name, ...)`` builds a :class:`Lock`: the name reads well in ``with lock(...):``.
+lock = Lock
