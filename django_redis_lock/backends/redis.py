@@ -299,6 +299,11 @@ class RedisBackend(BaseLockBackend):
             if batch:
                 yield from self._read_batch(batch)
 
+    def lock_info(self, name: str) -> list[LockInfo]:
+        # One lock's own keys, read directly: no scan of the keyspace.
+        with self._errors(name):
+            return list(self._read_batch([self.keys(name)[0].encode()]))
+
     def scan_page(
         self, pattern: str = "*", cursor: str | None = None, count: int = 50
     ) -> tuple[str | None, list[LockInfo]]:

@@ -1,0 +1,286 @@
+"""How ``manage.py locks`` reads and writes held locks: paged scans, a table, JSON, details.
+
+A listing never keeps more than a page of locks in memory: :func:`scan` reads one page per
+round trip, and each writer takes one holder at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.management.base import OutputWrapper
+
+from ..backends.base import BaseLockBackend, LockInfo
+from ..backends.redis import redact_url
+
+__all__ = [
+    "JSON_FORMAT",
+    "JSON_VERSION",
+    "PAGE_SIZE",
+    "JsonWriter",
+    "TableWriter",
+    "Writer",
+    "details",
+    "duration",
+    "location",
+    "one_line",
+    "plural",
+    "record",
+    "scan",
+    "summary",
+    "task_id",
+]
+
+#: The ``version`` of the JSON written by ``--json``; raised when a field changes meaning.
+JSON_VERSION = 1
+#: Locks read per round trip while listing.
+PAGE_SIZE = 500
+
+JSON_FORMAT = """\
+JSON (--json, version 1): one object, written while the listing streams, one lock per line:
+  {"version": 1, "locks": [LOCK, ...], "truncated": false, "errors": []}
+show adds "name" (the name asked for). "truncated" is true when --limit left out at least one
+more matching lock; "errors" lists {"alias": ..., "error": ...} for aliases that could not be
+read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per holder):
+  alias          str         the LOCKS alias it is held on
+  name           str         the exact lock name
+  owner          str         the holder's owner token (for release --owner)
+  task_id        str|null    the Celery task id, if a @single_instance task holds it
+  holds          int         reentrant hold count
+  ttl            float       seconds left of the lease
+  held_for       float       seconds since this holder acquired it
+  acquired_at    str         when, ISO 8601 in UTC (e.g. 2026-01-31T09:30:00.250000+00:00)
+  fencing_token  int         the holder's fencing token
+  host           str|null    host name of the holding process
+  pid            int|null    its process id
+  thread         str|null    its thread name
+  metadata       object      the metadata the holder recorded, in full ({} when none)
+Seconds are floats with millisecond precision, measured on the backend's clock."""
+
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+
+
+def scan(backend: BaseLockBackend, pattern: str, count: int = PAGE_SIZE) -> Iterator[LockInfo]:
+    """Yield the holders of the locks matching ``pattern``, reading ``count`` locks at a time."""
+    cursor: str | None = None
+    while True:
+        cursor, page = backend.scan_page(pattern, cursor, count)
+        yield from page
+        if cursor is None:
+            return
+
+
+# Writers -------------------------------------------------------------------------------------
+
+
+class Writer:
+    """Write holders as they come, then an end; subclasses choose the format."""
+
+    def row(self, alias: str, info: LockInfo) -> None:
+        """Write one holder of a lock held on ``alias``."""
+        raise NotImplementedError("subclasses of Writer must provide a row() method")
+
+    def end(
+        self, *, listed: int, limit: int | None, truncated: bool, errors: list[tuple[str, str]]
+    ) -> None:
+        """Finish the output; ``errors`` are the (alias, one-line message) of aliases not read."""
+        raise NotImplementedError("subclasses of Writer must provide an end() method")
+
+
+class JsonWriter(Writer):
+    """The JSON object of :data:`JSON_FORMAT`, one lock per line, valid once ended."""
+
+    def __init__(self, out: OutputWrapper, *, name: str | None = None) -> None:
+        self.out = out
+        head = {"version": JSON_VERSION} | ({} if name is None else {"name": name})
+        self.out.write(json.dumps(head)[:-1] + ', "locks": [')
+        self.first = True
+
+    def row(self, alias: str, info: LockInfo) -> None:
+        text = json.dumps(record(alias, info))
+        self.out.write(text if self.first else ",\n" + text, ending="")
+        self.first = False
+
+    def end(
+        self, *, listed: int, limit: int | None, truncated: bool, errors: list[tuple[str, str]]
+    ) -> None:
+        failures = [{"alias": alias, "error": error} for alias, error in errors]
+        tail = json.dumps({"truncated": truncated, "errors": failures})
+        self.out.write(("" if self.first else "\n") + "], " + tail[1:])
+
+
+def record(alias: str, info: LockInfo) -> dict[str, Any]:
+    """Return one holder as a LOCK of :data:`JSON_FORMAT`."""
+    return {
+        "alias": alias,
+        "name": info.name,
+        "owner": info.owner,
+        "task_id": task_id(info),
+        "holds": info.holds,
+        "ttl": round(float(info.ttl), 3),
+        "held_for": round(float(info.held_for), 3),
+        "acquired_at": info.acquired_at.isoformat(),
+        "fencing_token": info.fencing_token,
+        "host": info.host,
+        "pid": info.pid,
+        "thread": info.thread,
+        "metadata": info.metadata,
+    }
+
+
+class TableWriter(Writer):
+    """A table whose columns are sized by its first page of rows, so it streams after that."""
+
+    HEADER = ("ALIAS", "NAME", "OWNER", "HOLDS", "TTL", "HELD FOR", "FENCING", "METADATA")
+
+    def __init__(self, out: OutputWrapper) -> None:
+        self.out = out
+        self.pending: list[tuple[str, ...]] = []
+        self.widths: list[int] | None = None
+
+    def row(self, alias: str, info: LockInfo) -> None:
+        cells = (
+            alias,
+            shown(info.name),
+            _task(info) or _place(info),
+            str(info.holds),
+            duration(info.ttl),
+            duration(info.held_for),
+            str(info.fencing_token),
+            _metadata_summary(info.metadata),
+        )
+        if self.widths is not None:
+            self._write(cells)
+            return
+        self.pending.append(cells)
+        if len(self.pending) >= PAGE_SIZE:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = [self.HEADER, *self.pending]
+        self.widths = [max(len(row[i]) for row in rows) for i in range(len(self.HEADER) - 1)]
+        for row in rows:
+            self._write(row)
+        self.pending = []
+
+    def _write(self, cells: tuple[str, ...]) -> None:
+        assert self.widths is not None
+        padded = [cell.ljust(width) for cell, width in zip(cells, self.widths, strict=False)]
+        self.out.write("  ".join([*padded, cells[-1]]).rstrip())
+
+    def end(
+        self, *, listed: int, limit: int | None, truncated: bool, errors: list[tuple[str, str]]
+    ) -> None:
+        if self.pending:
+            self._flush()
+        if listed:
+            stop = f" (stopped at --limit {limit})" if truncated else ""
+            self.out.write(f"{plural(listed, 'holder')} listed{stop}.")
+        elif not errors:
+            self.out.write("No matching locks are held.")
+
+
+# Text ----------------------------------------------------------------------------------------
+
+
+def details(info: LockInfo) -> str:
+    """Return every field of one holder, one per line, its metadata as indented JSON."""
+    metadata = json.dumps(info.metadata, indent=2, sort_keys=True, ensure_ascii=False)
+    fields = [
+        ("owner", info.owner),
+        ("task id", shown(task_id(info) or "-")),
+        ("holds", str(info.holds)),
+        ("ttl", f"{info.ttl:.3f} s ({duration(info.ttl)})"),
+        ("held for", f"{info.held_for:.3f} s ({duration(info.held_for)})"),
+        ("acquired at", info.acquired_at.isoformat()),
+        ("fencing token", str(info.fencing_token)),
+        ("host", shown(info.host or "-")),
+        ("pid", "-" if info.pid is None else str(info.pid)),
+        ("thread", shown(info.thread or "-")),
+        ("metadata", metadata.replace("\n", "\n" + " " * 18)),
+    ]
+    return "\n".join(f"  {label + ':':<16}{value}" for label, value in fields)
+
+
+def summary(info: LockInfo) -> str:
+    """Return one line naming a holder: owner token, task, where it runs, how long held."""
+    task = _task(info)
+    return (
+        f"owner {info.owner}"
+        + (f", {task}" if task else "")
+        + f", {_place(info)}, held for {duration(info.held_for)}, {plural(info.holds, 'hold')}"
+    )
+
+
+def task_id(info: LockInfo) -> str | None:
+    """Return the Celery task id a ``@single_instance`` holder recorded, if any."""
+    value = info.metadata.get("task_id")
+    return value if isinstance(value, str) and value else None
+
+
+def _task(info: LockInfo) -> str | None:
+    value = task_id(info)
+    return None if value is None else "task " + shown(value)
+
+
+def _place(info: LockInfo) -> str:
+    if info.host is None and info.pid is None and info.thread is None:
+        return info.owner
+    parts = (info.host, None if info.pid is None else str(info.pid), info.thread)
+    return shown("/".join(part or "?" for part in parts))
+
+
+def _metadata_summary(metadata: dict[str, Any], width: int = 40) -> str:
+    task = metadata.get("task_name")
+    if isinstance(task, str):
+        args = metadata.get("args")
+        text = f"{task}({args if isinstance(args, str) else ''})"
+    else:
+        text = ", ".join(
+            f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+            for key, value in metadata.items()
+        )
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def shown(text: str) -> str:
+    """Return ``text`` as is, or as a Python literal if it could be misread in a table."""
+    plain = text.isprintable() and "\\" not in text and text == text.strip()
+    return text if plain and text else repr(text)
+
+
+def duration(seconds: float) -> str:
+    """Return a short, human form of a number of seconds: 4.2s, 5m03s, 2h07m, 3d01h."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def plural(count: int, noun: str) -> str:
+    """Return ``count`` and ``noun``, with an s unless the count is one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def location(backend: BaseLockBackend) -> str:
+    """Return the backend's class and server, any password in its URL redacted."""
+    url = getattr(backend, "url", None)
+    where = f" at {redact_url(url)}" if isinstance(url, str) else ""
+    return f"{type(backend).__name__}{where}"
+
+
+def one_line(exc: BaseException) -> str:
+    """Return the message of ``exc`` on one line, every URL in it with its password redacted."""
+    # Backends redact their URLs already; this also covers a URL in a message from below them.
+    text = " ".join(str(exc).split())
+    return _URL.sub(lambda match: redact_url(match.group()), text)
