@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,9 @@ class LocksHandler:
     def __init__(self, backends: dict[str, Any] | None = None) -> None:
         self._settings = backends
         self._backends: dict[str, BaseLockBackend] = {}
+        # Two threads asking for a new alias at once must get one backend, not two (two
+        # in-process backends would each keep their own locks).
+        self._building = threading.Lock()
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -34,6 +38,12 @@ class LocksHandler:
             return self._backends[alias]
         except KeyError:
             pass
+        with self._building:
+            if alias not in self._backends:
+                self._backends[alias] = self._build(alias)
+            return self._backends[alias]
+
+    def _build(self, alias: str) -> BaseLockBackend:
         try:
             config = self.settings[alias]
         except KeyError:
@@ -41,9 +51,7 @@ class LocksHandler:
                 f"Could not find config for {alias!r} in settings.LOCKS "
                 f"(aliases: {', '.join(map(repr, self.settings)) or 'none'})."
             ) from None
-        backend = self.create_backend(alias, config)
-        self._backends[alias] = backend
-        return backend
+        return self.create_backend(alias, config)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.settings)

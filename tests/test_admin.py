@@ -23,6 +23,7 @@ from django_redis_lock.admin import LockAdmin, describe_holder, format_duration
 from django_redis_lock.backends.base import LockInfo, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.models import Lock
+from django_redis_lock.testing import locmem_locks
 
 from .conftest import locks_setting
 
@@ -124,12 +125,21 @@ def test_list__anonymous_is_sent_to_login(client: Client) -> None:
     assert response["Location"].startswith("/admin/login/?next=")
 
 
-def test_list__non_staff_is_sent_to_login() -> None:
-    client = logged_in(make_user("visitor", "view_lock", "release_lock", staff=False))
-    for url in (LIST_URL, RELEASE_URL):
-        response = client.get(url)
+@pytest.mark.parametrize("staff", [False, None], ids=["non-staff", "anonymous"])
+def test_release__non_staff_is_sent_to_login(staff: bool | None) -> None:
+    hold("default", "reports:nightly", "holder-a")
+    client = Client()
+    if staff is not None:
+        client.force_login(make_user("visitor", "view_lock", "release_lock", staff=staff))
+    query = "?alias=default&name=reports%3Anightly&owner=holder-a"
+    for response in (
+        client.get(LIST_URL),
+        client.get(RELEASE_URL + query),
+        client.post(RELEASE_URL + query),
+    ):
         assert response.status_code == 302
         assert response["Location"].startswith("/admin/login/?next=")
+    assert holders("default", "reports:nightly") == [("holder-a", 1)]
 
 
 def test_list__staff_without_view_permission_is_refused() -> None:
@@ -284,11 +294,31 @@ def test_format_duration() -> None:
     ]
 
 
-def test_describe_holder__unknown_when_nothing_recorded() -> None:
+@pytest.mark.parametrize(
+    ("metadata", "described"),
+    [
+        (b"", "unknown"),
+        (holder_metadata(host="web-1", pid=7, thread="T"), "web-1, pid 7, thread T"),
+        (holder_metadata(host="", pid=7, thread=""), "pid 7"),
+        (holder_metadata(host="h", pid=7, thread="T", data={"task_name": "t"}), "Celery task t"),
+        (
+            holder_metadata(host="h", pid=7, thread="T", data={"task_id": "i", "worker_pid": 9}),
+            "Celery task (unnamed) [i] on pid 9",
+        ),
+    ],
+)
+def test_describe_holder(metadata: bytes, described: str) -> None:
     info = LockInfo.from_record(
-        name="n", owner="o", holds=1, ttl=1, fencing_token=1, acquired_at=0, now=0, metadata=b""
+        name="n",
+        owner="o",
+        holds=1,
+        ttl=1,
+        fencing_token=1,
+        acquired_at=0,
+        now=0,
+        metadata=metadata,
     )
-    assert describe_holder(info) == "unknown"
+    assert describe_holder(info) == described
 
 
 # Paging ------------------------------------------------------------------------------------
@@ -345,6 +375,26 @@ def test_list__pages_go_on_from_one_alias_to_the_next(viewer: Client) -> None:
     assert len(pages) >= 3
     last = viewer.get(LIST_URL, {"at": "locmem", "cursor": "", "page": "9", "q": "job:*"})
     assert "Page 9" in last.content.decode()
+
+
+def test_list__page_that_ends_an_alias_goes_on_with_the_next(
+    viewer: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(LockAdmin, "list_per_page", 2)
+    with override_settings(LOCKS=locmem_locks("first", "second")):
+        for alias, name in [("first", "a"), ("first", "b"), ("second", "c")]:
+            hold(alias, name, "owner")
+
+        first = viewer.get(LIST_URL)
+        assert rows(first) == [("first", "a", "owner"), ("first", "b", "owner")]
+        assert parse_qs(urlsplit(first.context["next_url"]).query) == {
+            "at": ["second"],
+            "page": ["2"],
+        }
+        second = viewer.get(first.context["next_url"])
+        assert rows(second) == [("second", "c", "owner")]
+        assert second.context["next_url"] == ""
+        assert "Last page" in second.content.decode()
 
 
 # GET changes nothing -----------------------------------------------------------------------
@@ -479,6 +529,15 @@ def test_release__link_that_names_no_lock(releaser: Client, query: dict[str, str
     response = releaser.post(RELEASE_URL + "?" + "&".join(f"{k}={v}" for k, v in query.items()))
     assert response.status_code == 302
     assert texts(response) == ["That link does not name a lock: alias, name and owner."]
+
+
+def test_release__unreachable_alias_releases_nothing(releaser: Client, prefix: str) -> None:
+    with override_settings(LOCKS=locks_setting("redis://127.0.0.1:1/0", prefix)):
+        query = "?alias=default&name=reports%3Anightly&owner=holder-a"
+        for response in (releaser.get(RELEASE_URL + query), releaser.post(RELEASE_URL + query)):
+            assert response.status_code == 302
+            assert texts(response)[-1].startswith("Nothing was released: ")
+    assert not LogEntry.objects.exists()
 
 
 def test_release__other_methods_are_not_allowed(releaser: Client) -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,25 @@ def test_iteration_and_all__follow_settings() -> None:
     with override_settings(LOCKS=value):
         assert list(locks) == ["default", "reports", "billing"]
         assert [b.key_prefix for b in locks.all()] == ["lock", "reports", "lock"]
+
+
+def test_handler__threads_asking_at_once_get_one_backend() -> None:
+    from django.test import override_settings
+
+    from django_redis_lock.testing import locmem_locks
+
+    built: list[object] = []
+    barrier = threading.Barrier(8)
+
+    def ask() -> None:
+        barrier.wait(5)
+        built.append(locks["racy"])
+
+    with override_settings(LOCKS={**locmem_locks(), "racy": locmem_locks()["default"]}):
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        assert len(built) == 8
+        assert len({id(backend) for backend in built}) == 1

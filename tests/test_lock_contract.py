@@ -9,6 +9,7 @@ import time
 import pytest
 
 from django_redis_lock import (
+    InvalidLockArgumentError,
     LockError,
     LockLostError,
     LockNotAcquiredError,
@@ -368,3 +369,16 @@ def test_scan_page__pages_through_every_lock_once(using: str, backend: BaseLockB
     for index in range(130):
         backend.release(f"page:{index:03}", "o")
     assert backend.scan_page("page:*") == (None, [])
+
+
+def test_glob__an_empty_class_matches_nothing_and_its_negation_any_char(
+    using: str, backend: BaseLockBackend
+) -> None:
+    with lock("glob:ab", using=using), lock("glob:axb", using=using):
+        assert [i.name for i in backend.iter_locks("glob:a[]b")] == []
+        assert [i.name for i in backend.iter_locks("glob:a[^]b")] == ["glob:axb"]
+
+
+def test_scan_page__a_cursor_it_did_not_return_is_refused(backend: BaseLockBackend) -> None:
+    with pytest.raises(InvalidLockArgumentError, match="cursor must be None or a cursor"):
+        backend.scan_page("*", "not-a-cursor")

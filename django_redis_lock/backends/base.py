@@ -223,9 +223,9 @@ class BaseLockBackend:
         taken or freed meanwhile may or may not appear, as with Redis ``SCAN``. This default
         pages through a sorted listing; backends with a server-side cursor override it.
         """
+        start = page_cursor(cursor)
         infos = sorted(self.iter_locks(pattern), key=lambda i: (i.name, i.owner))
         names = sorted({info.name for info in infos})
-        start = int(cursor or 0)
         chosen = set(names[start : start + count])
         end = start + count
         page = [info for info in infos if info.name in chosen]
@@ -253,6 +253,17 @@ class BaseLockBackend:
     def locked(self, name: str) -> bool:
         """Return whether anyone holds ``name``."""
         return self.ttl(name) is not None
+
+
+def page_cursor(cursor: str | None) -> int:
+    """Return the position a :meth:`BaseLockBackend.scan_page` cursor stands for."""
+    if cursor is None:
+        return 0
+    if not (isinstance(cursor, str) and cursor.isdigit()):
+        raise InvalidLockArgumentError(
+            f"cursor must be None or a cursor returned by scan_page(), got {cursor!r}."
+        )
+    return int(cursor)
 
 
 def option_seconds(option: str, value: object) -> float:
@@ -311,7 +322,10 @@ def glob_to_regex(pattern: str) -> re.Pattern[str]:
                 negate = body.startswith("^")
                 body = body[1:] if negate else body
                 escaped = "".join(c if c == "-" else re.escape(c) for c in body.replace("\\", ""))
-                out.append(f"[{'^' if negate else ''}{escaped}]")
+                if not escaped:  # "[]" matches nothing, "[^]" any one character (as Redis)
+                    out.append("." if negate else "(?!)")
+                else:
+                    out.append(f"[{'^' if negate else ''}{escaped}]")
                 i = end + 1
                 continue
         else:

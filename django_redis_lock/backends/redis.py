@@ -28,6 +28,7 @@ from .base import (
     LockInfo,
     glob_escape,
     option_seconds,
+    page_cursor,
 )
 
 __all__ = ["RedisBackend", "redact_url"]
@@ -309,7 +310,7 @@ class RedisBackend(BaseLockBackend):
     ) -> tuple[str | None, list[LockInfo]]:
         # Redis's own SCAN cursor: memory stays bounded however many locks are held.
         match = f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
-        position, keys = int(cursor or 0), list[bytes]()
+        position, keys = page_cursor(cursor), list[bytes]()
         with self._errors(None):
             while True:
                 position, found = self.client.scan(
