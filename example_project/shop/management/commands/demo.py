@@ -116,8 +116,31 @@ class Command(BaseCommand):
             self.say(f"  {LOCK_NAME} is {'still held' if lock(LOCK_NAME).locked() else 'free'}")
             if celery is not None:
                 self.summarise_celery(celery)
+            self.leave_a_lock_for_the_admin()
         if counter != expected or stale is None or (celery is not None and not celery.holds()):
             raise CommandError("The demo's invariants were violated; see the summary above.")
+
+    def leave_a_lock_for_the_admin(self) -> None:
+        """On a Redis that outlives the demo, leave a long-held lock for the admin to show."""
+        self.say()
+        if not os.environ.get("REDIS_URL"):
+            self.say("To see held locks in the admin, run the demo with REDIS_URL set, or hold")
+            self.say("one with `manage.py hold_lock` (see example_project/README.md).")
+            return
+        # A fixed ten-minute lease, no renewal: the lock stays after this process exits, and
+        # its TTL counts down on the admin's Locks page until it ends or is force-released.
+        held = lock(
+            "reports:nightly",
+            ttl=600,
+            blocking=False,
+            auto_renew=False,
+            metadata={"left_by": "manage.py demo", "purpose": "shown in the admin's Locks page"},
+        )
+        if held.acquire():
+            self.say("Left the lock reports:nightly held for 10 minutes: open the admin's")
+            self.say("Locks page to see it, its TTL counting down, and to force-release it.")
+        else:
+            self.say("reports:nightly is held already: the admin's Locks page shows it.")
 
     def show_mutual_exclusion(self, workers: int, rounds: int) -> int:
         """Run the workers' rounds at the same moment; return the final counter."""
