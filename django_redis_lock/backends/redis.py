@@ -151,10 +151,17 @@ class RedisBackend(BaseLockBackend):
 
     # Keys ------------------------------------------------------------------------------------
 
+    def key(self, name: str, kind: str = _SUFFIX_HOLDERS) -> str:
+        """Return the key of one ``kind`` of lock ``name`` (see ``lua/_prelude.lua``)."""
+        return f"{self.key_prefix}:{{{name}}}:{kind}"
+
     def keys(self, name: str) -> tuple[str, str, str]:
         """Return the holders, data and fence keys of lock ``name``."""
-        base = f"{self.key_prefix}:{{{name}}}:"
-        return base + _SUFFIX_HOLDERS, base + "d", base + "f"
+        return self.key(name), self.key(name, "d"), self.key(name, "f")
+
+    def _match(self, pattern: str) -> str:
+        # The SCAN pattern of the holders keys of the locks whose names match ``pattern``.
+        return f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
 
     def _name_from_key(self, key: bytes) -> str:
         text = key.decode("utf-8")
@@ -182,7 +189,7 @@ class RedisBackend(BaseLockBackend):
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
         # holders key is passed; the scripts derive the lock's other keys from it.
         sha, text = self._scripts[script]
-        key = f"{self.key_prefix}:{{{name}}}:{_SUFFIX_HOLDERS}"
+        key = self.key(name)
         command: Callable[..., Any] = self.client.execute_command
         try:
             try:
@@ -234,7 +241,7 @@ class RedisBackend(BaseLockBackend):
         seconds = min(timeout, self.max_wait)
         if seconds < 0.001:
             return None
-        key = f"{self.key_prefix}:{{{name}}}:s:{owner}"
+        key = self.key(name, f"s:{owner}")
         command: Callable[..., Any] = self.client.execute_command
         try:
             reply = command("BLPOP", key, f"{seconds:.3f}")
@@ -260,8 +267,7 @@ class RedisBackend(BaseLockBackend):
             pipe = self.client.pipeline(transaction=False)
             queue: Callable[..., Any] = pipe.execute_command
             for name, owner, ttl in leases:
-                key = f"{self.key_prefix}:{{{name}}}:{_SUFFIX_HOLDERS}"
-                queue("EVALSHA", sha, 1, key, owner, _ms(ttl), "1")
+                queue("EVALSHA", sha, 1, self.key(name), owner, _ms(ttl), "1")
             try:
                 replies = pipe.execute(raise_on_error=False)
             except redis.RedisError as exc:
@@ -289,7 +295,7 @@ class RedisBackend(BaseLockBackend):
     # Listing ---------------------------------------------------------------------------------
 
     def iter_locks(self, pattern: str = "*", *, batch_size: int = 500) -> Iterator[LockInfo]:
-        match = f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
+        match = self._match(pattern)
         with self._errors(None):
             batch: list[bytes] = []
             for key in self.client.scan_iter(match=match, count=batch_size, _type="zset"):
@@ -303,13 +309,13 @@ class RedisBackend(BaseLockBackend):
     def lock_info(self, name: str) -> list[LockInfo]:
         # One lock's own keys, read directly: no scan of the keyspace.
         with self._errors(name):
-            return list(self._read_batch([self.keys(name)[0].encode()]))
+            return list(self._read_batch([self.key(name).encode()]))
 
     def scan_page(
         self, pattern: str = "*", cursor: str | None = None, count: int = 50
     ) -> tuple[str | None, list[LockInfo]]:
         # Redis's own SCAN cursor: memory stays bounded however many locks are held.
-        match = f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
+        match = self._match(pattern)
         position, keys = page_cursor(cursor), list[bytes]()
         with self._errors(None):
             while True:
@@ -328,7 +334,7 @@ class RedisBackend(BaseLockBackend):
         names = [self._name_from_key(key) for key in keys]
         for key, name in zip(keys, names, strict=False):
             pipe.zrange(key, 0, -1, withscores=True)
-            pipe.hgetall(self.keys(name)[1])
+            pipe.hgetall(self.key(name, "d"))
         replies = pipe.execute()
         seconds, micros = replies[0]
         now_ms = seconds * 1000 + micros // 1000
