@@ -10,6 +10,7 @@ handed the lock at a release, fair order, listing), on this process's monotonic 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -71,6 +72,18 @@ class LocMemBackend(BaseLockBackend):
             del entry.grants[owner]  # handed to a waiter that never came for it
         return entry
 
+    @contextlib.contextmanager
+    def _opened(self, name: str) -> Iterator[tuple[_Entry, float]]:
+        # Every primitive: under the condition's lock, on the entry with ended leases and
+        # registrations dropped, and the entry removed afterwards if nothing is left in it.
+        with self._changed:
+            now = time.monotonic()
+            entry = self._entry(name, now)
+            try:
+                yield entry, now
+            finally:
+                self._tidy(name, entry)
+
     def _tidy(self, name: str, entry: _Entry) -> None:
         if not (entry.holders or entry.queue or entry.grants):
             self._locks.pop(name, None)
@@ -108,14 +121,9 @@ class LocMemBackend(BaseLockBackend):
         wait: float = 0.0,
         claim: bool = False,
     ) -> AcquireResult:
-        with self._changed:
-            now = time.monotonic()
-            entry = self._entry(name, now)
+        with self._opened(name) as (entry, now):
             request = _Waiter(now + wait, ttl, limit, metadata)
-            try:
-                return self._acquire(name, entry, owner, request, now, fair=fair, claim=claim)
-            finally:
-                self._tidy(name, entry)
+            return self._acquire(name, entry, owner, request, now, fair=fair, claim=claim)
 
     def _acquire(
         self,
@@ -157,48 +165,33 @@ class LocMemBackend(BaseLockBackend):
         return AcquireResult(False, retry_after=max(0.0, min(ends) - now) if ends else 0.0)
 
     def release(self, name: str, owner: str) -> int | None:
-        with self._changed:
-            now = time.monotonic()
-            entry = self._entry(name, now)
-            try:
-                holder = entry.holders.get(owner)
-                if holder is None:
-                    return None
-                holder.holds -= 1
-                if holder.holds > 0:
-                    return holder.holds
-                del entry.holders[owner]
-                self._handoff(name, entry, now)
-                self._changed.notify_all()
-                return 0
-            finally:
-                self._tidy(name, entry)
+        with self._opened(name) as (entry, now):
+            holder = entry.holders.get(owner)
+            if holder is None:
+                return None
+            holder.holds -= 1
+            if holder.holds > 0:
+                return holder.holds
+            del entry.holders[owner]
+            self._handoff(name, entry, now)
+            self._changed.notify_all()
+            return 0
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
-        with self._changed:
-            now = time.monotonic()
-            entry = self._entry(name, now)
-            try:
-                holder = entry.holders.get(owner)
-                if holder is None:
-                    return None
-                holder.ends = now + ttl if replace else holder.ends + ttl
-                return holder.ends - now
-            finally:
-                self._tidy(name, entry)
+        with self._opened(name) as (entry, now):
+            holder = entry.holders.get(owner)
+            if holder is None:
+                return None
+            holder.ends = now + ttl if replace else holder.ends + ttl
+            return holder.ends - now
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
-        with self._changed:
-            now = time.monotonic()
-            entry = self._entry(name, now)
-            try:
-                if owner is None:
-                    ends = [h.ends for h in entry.holders.values()]
-                    return max(ends) - now if ends else None
-                holder = entry.holders.get(owner)
-                return None if holder is None else holder.ends - now
-            finally:
-                self._tidy(name, entry)
+        with self._opened(name) as (entry, now):
+            if owner is None:
+                ends = [h.ends for h in entry.holders.values()]
+                return max(ends) - now if ends else None
+            holder = entry.holders.get(owner)
+            return None if holder is None else holder.ends - now
 
     def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
         deadline = time.monotonic() + min(timeout, self.max_wait)
@@ -215,17 +208,12 @@ class LocMemBackend(BaseLockBackend):
                 self._changed.wait(remaining)
 
     def force_release(self, name: str, owner: str | None = None) -> int:
-        with self._changed:
-            now = time.monotonic()
-            entry = self._entry(name, now)
-            try:
-                owners = list(entry.holders) if owner is None else [owner]
-                removed = [one for one in owners if entry.holders.pop(one, None)]
-                self._handoff(name, entry, now)
-                self._changed.notify_all()
-                return len(removed)
-            finally:
-                self._tidy(name, entry)
+        with self._opened(name) as (entry, now):
+            owners = list(entry.holders) if owner is None else [owner]
+            removed = [one for one in owners if entry.holders.pop(one, None)]
+            self._handoff(name, entry, now)
+            self._changed.notify_all()
+            return len(removed)
 
     def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
         regex = glob_to_regex(pattern)
