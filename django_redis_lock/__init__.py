@@ -1,5 +1,6 @@
 """Distributed locks on Redis for Django and Celery."""
 
+from .aio import AsyncLock, alock
 from .exceptions import (
     BackendUnavailableError,
     InvalidLockArgumentError,
@@ -16,6 +17,7 @@ from .lock import Lock, lock
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "AsyncLock",
     "BackendUnavailableError",
     "InvalidLockArgumentError",
     "InvalidLockBackendError",
@@ -25,6 +27,7 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "alock",
     "lock",
     "locks",
 ]

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from redis.connection import parse_url as _untyped_parse_url
 
+from .backends._redis_options import redact_url
 from .backends.base import BaseLockBackend
-from .backends.redis import redact_url
 
 __all__ = ["DEFAULT_ALIAS", "DEFAULT_LOCKS", "Problem", "get_locks_setting", "problems"]
 

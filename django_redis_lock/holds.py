@@ -6,6 +6,7 @@ signal (:mod:`django_redis_lock.signals`); a lost hold also calls the handle's `
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from .renewal import Lease
 from .signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
-    from .lock import Lock
+    from ._handle import LockHandle
 
 __all__ = ["Hold"]
 
@@ -28,13 +29,15 @@ logger = logging.getLogger("django_redis_lock")
 class Hold:
     """One owner's hold of one lock, taken through one handle; times are monotonic."""
 
-    lock: Lock
+    lock: LockHandle
     owner: str
     fencing_token: int
     acquired_at: float
     count: int = 1
     lease: Lease | None = None
     lost_reason: str | None = None
+    #: The event loop of an asyncio holder, where its ``on_lost`` callback runs.
+    loop: asyncio.AbstractEventLoop | None = None
 
     def announce_acquired(self, waited: float) -> None:
         """Log and signal that the hold was taken after ``waited`` seconds."""
@@ -68,11 +71,7 @@ class Hold:
             reason,
         )
         self._send(lock_lost, held_for=held_for, reason=reason)
-        if lock.on_lost is not None:
-            try:
-                lock.on_lost(lock)
-            except Exception:
-                logger.exception("The on_lost callback of lock %r failed.", lock.name)
+        lock._call_on_lost(self)
 
     def lost_message(self) -> str:
         """Return the message of the LockLostError raised for this lost hold."""

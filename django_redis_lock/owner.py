@@ -1,14 +1,19 @@
-"""Who owns a lock: one random token per thread, new in a forked child."""
+"""Who owns a lock: one random token per thread, or per asyncio task; new in a forked child."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import threading
+import weakref
 
-__all__ = ["current_owner"]
+from .exceptions import LockError
+
+__all__ = ["current_owner", "current_task_owner"]
 
 _owner = threading.local()
+_task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
 
 
 def current_owner() -> str:
@@ -19,10 +24,26 @@ def current_owner() -> str:
     return token
 
 
+def current_task_owner() -> str:
+    """Return the owner token of the running asyncio task: random, from :mod:`secrets`.
+
+    Each task is its own owner, whatever it shares with others (a lock object, a context):
+    a task never inherits the token of the task that created it.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise LockError("An asyncio lock must be used from inside an asyncio task.")
+    token = _task_owners.get(task)
+    if token is None:
+        token = _task_owners[task] = secrets.token_hex(16)
+    return token
+
+
 def _forget_owners_in_child() -> None:
     # A forked child is a new owner: it must not release or extend its parent's locks.
-    global _owner  # noqa: PLW0603
+    global _owner, _task_owners  # noqa: PLW0603
     _owner = threading.local()
+    _task_owners = weakref.WeakKeyDictionary()
 
 
 os.register_at_fork(after_in_child=_forget_owners_in_child)

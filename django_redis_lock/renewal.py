@@ -51,6 +51,9 @@ class Lease:
     #: Renew once, at once, then forget the lease: for a lease handed over short to a holder
     #: that does not renew, so its acquire need not wait for a second round trip.
     once: bool = False
+    #: Return why nobody can release the lock any more (its holder's event loop closed, say),
+    #: or None: an orphaned lease is no longer renewed, and ends by itself.
+    orphaned: Callable[[], str | None] | None = None
     due: float = field(init=False)
     active: bool = field(default=True, init=False)
     renewing: bool = field(default=True, init=False)
@@ -118,6 +121,7 @@ class Renewer:
             }
 
     def _renew(self, backend: BaseLockBackend, leases: list[Lease]) -> None:
+        leases = [lease for lease in leases if not self._orphaned(lease)]
         sent = time.monotonic()
         lost: list[tuple[Lease, str]] = []
         for lease in leases:
@@ -140,6 +144,19 @@ class Renewer:
                 lease.active = False
                 self._leases.discard(lease)
             lease.on_lost(reason)
+
+    def _orphaned(self, lease: Lease) -> bool:
+        reason = None if lease.orphaned is None else lease.orphaned()
+        if reason is None:
+            return False
+        self.remove(lease)
+        logger.warning(
+            "Stopped renewing lock %r of owner %s: %s. It ends with its lease.",
+            lease.name,
+            lease.owner,
+            reason,
+        )
+        return True
 
     def _renewed(
         self, leases: list[Lease], remaining: list[float | None], sent: float

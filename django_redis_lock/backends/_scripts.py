@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cache
 from importlib.resources import files
 
-SCRIPT_NAMES = ("acquire", "release", "extend", "ttl", "force_release")
+SCRIPT_NAMES = ("acquire", "release", "extend", "ttl", "force_release", "withdraw")
 
 HELPERS_MARKER = "--! helpers"
 

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
+from asgiref.sync import sync_to_async
+
 from .._validation import validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
 
@@ -194,6 +196,15 @@ class BaseLockBackend:
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
 
+    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        """Undo an acquire or release of ``owner`` whose outcome it never learned.
+
+        For a caller interrupted mid-call (a cancelled task, a ``KeyboardInterrupt``): leave
+        the queue of waiters, drop any lock handed over meanwhile, and bring the owner's hold
+        count down to ``holds``, the count it knows of. Return the holds left.
+        """
+        raise NotImplementedError("subclasses of BaseLockBackend must provide a withdraw() method")
+
     def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
         """Set each ``(name, owner, ttl)`` lease to ``ttl`` seconds from now, all at once.
 
@@ -245,6 +256,60 @@ class BaseLockBackend:
 
     def close(self) -> None:
         """Release connections and other resources; the backend may be used again later."""
+
+    # The asyncio twins of the primitives. These defaults run the blocking method in a worker
+    # thread; backends with an asyncio client override them.
+
+    async def aacquire(
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
+    ) -> AcquireResult:
+        """Do what :meth:`acquire` does, without blocking the event loop."""
+        return await sync_to_async(self.acquire, thread_sensitive=False)(
+            name,
+            owner,
+            ttl=ttl,
+            limit=limit,
+            metadata=metadata,
+            fair=fair,
+            wait=wait,
+            claim=claim,
+        )
+
+    async def arelease(self, name: str, owner: str) -> int | None:
+        """Do what :meth:`release` does, without blocking the event loop."""
+        return await sync_to_async(self.release, thread_sensitive=False)(name, owner)
+
+    async def aextend(
+        self, name: str, owner: str, ttl: float, *, replace: bool = False
+    ) -> float | None:
+        """Do what :meth:`extend` does, without blocking the event loop."""
+        return await sync_to_async(self.extend, thread_sensitive=False)(
+            name, owner, ttl, replace=replace
+        )
+
+    async def attl(self, name: str, owner: str | None = None) -> float | None:
+        """Do what :meth:`ttl` does, without blocking the event loop."""
+        return await sync_to_async(self.ttl, thread_sensitive=False)(name, owner)
+
+    async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
+        """Do what :meth:`wait` does, without blocking the event loop."""
+        return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
+
+    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        """Do what :meth:`withdraw` does, without blocking the event loop."""
+        return await sync_to_async(self.withdraw, thread_sensitive=False)(name, owner, holds)
+
+    async def aclose(self) -> None:
+        """Close what the running event loop uses of this backend (see :meth:`close`)."""
 
     def lock_info(self, name: str) -> list[LockInfo]:
         """Return the holders of exactly the lock ``name`` (an empty list when free)."""

@@ -10,6 +10,7 @@ handed the lock at a release, fair order, listing), on this process's monotonic 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -59,6 +60,8 @@ class LocMemBackend(BaseLockBackend):
         self._locks: dict[str, _Entry] = {}
         self._fences: dict[str, int] = {}
         self._changed = threading.Condition()
+        # Asyncio waiters, woken through their own loop when a lock is handed to them.
+        self._async_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
 
     # Bookkeeping (always called with self._changed held) ---------------------------------
 
@@ -106,6 +109,10 @@ class LocMemBackend(BaseLockBackend):
             token = self._hold(name, entry, owner, lease, waiter.metadata)
             entry.grants[owner] = Grant(token, lease)
             self._changed.notify_all()
+            future = self._async_waiters.get((name, owner))
+            if future is not None:
+                with contextlib.suppress(RuntimeError):  # its loop closed: nobody to wake
+                    future.get_loop().call_soon_threadsafe(_wake, future)
 
     # The contract ----------------------------------------------------------------------------
 
@@ -197,15 +204,94 @@ class LocMemBackend(BaseLockBackend):
         deadline = time.monotonic() + min(timeout, self.max_wait)
         with self._changed:
             while True:
-                entry = self._locks.get(name)
-                if entry is not None and owner in entry.grants:
-                    grant = entry.grants.pop(owner)
-                    self._tidy(name, entry)
+                grant = self._take_grant(name, owner)
+                if grant is not None:
                     return grant
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._changed.wait(remaining)
+
+    def _take_grant(self, name: str, owner: str) -> Grant | None:
+        entry = self._locks.get(name)
+        if entry is None or owner not in entry.grants:
+            return None
+        grant = entry.grants.pop(owner)
+        self._tidy(name, entry)
+        return grant
+
+    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        with self._opened(name) as (entry, now):
+            entry.queue.pop(owner, None)
+            entry.grants.pop(owner, None)
+            holder = entry.holders.get(owner)
+            if holder is None or holder.holds <= holds:
+                self._handoff(name, entry, now)
+                return 0 if holder is None else holder.holds
+            if holds > 0:
+                holder.holds = holds
+                return holds
+            del entry.holders[owner]
+            self._handoff(name, entry, now)
+            self._changed.notify_all()
+            return 0
+
+    # The asyncio twins: every primitive but waiting is a short critical section, run
+    # directly; waiting is a future that a handoff resolves through the waiter's own loop.
+
+    async def aacquire(
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
+    ) -> AcquireResult:
+        return self.acquire(
+            name,
+            owner,
+            ttl=ttl,
+            limit=limit,
+            metadata=metadata,
+            fair=fair,
+            wait=wait,
+            claim=claim,
+        )
+
+    async def arelease(self, name: str, owner: str) -> int | None:
+        return self.release(name, owner)
+
+    async def aextend(
+        self, name: str, owner: str, ttl: float, *, replace: bool = False
+    ) -> float | None:
+        return self.extend(name, owner, ttl, replace=replace)
+
+    async def attl(self, name: str, owner: str | None = None) -> float | None:
+        return self.ttl(name, owner)
+
+    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        return self.withdraw(name, owner, holds)
+
+    async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
+        future = asyncio.get_running_loop().create_future()
+        with self._changed:
+            grant = self._take_grant(name, owner)
+            if grant is not None:
+                return grant
+            self._async_waiters[name, owner] = future
+        try:
+            await asyncio.wait_for(future, min(timeout, self.max_wait))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._changed:
+                self._async_waiters.pop((name, owner), None)
+        with self._changed:
+            return self._take_grant(name, owner)
 
     def force_release(self, name: str, owner: str | None = None) -> int:
         with self._opened(name) as (entry, now):
@@ -238,3 +324,8 @@ class LocMemBackend(BaseLockBackend):
                     )
                 self._tidy(name, entry)
         yield from infos
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import inspect
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import urlsplit
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..exceptions import BackendUnavailableError, InvalidLockBackendError
+from ._loops import PerLoop
+from ._redis_options import (
+    ASYNC_CONNECTION_OPTIONS,
+    CONNECTION_OPTIONS,
+    URL_SCHEMES,
+    redact_url,
+)
 from ._scripts import SCRIPT_NAMES, source
 from .base import (
     AcquireResult,
@@ -36,49 +44,10 @@ __all__ = ["RedisBackend", "redact_url"]
 logger = logging.getLogger("django_redis_lock")
 
 
-def _keywords(*classes: type) -> frozenset[str]:
-    """Return the named keyword arguments of the constructors of ``classes`` and their bases."""
-    return frozenset(
-        name
-        for cls in classes
-        for base in cls.__mro__
-        if "__init__" in vars(base)
-        for name, param in inspect.signature(vars(base)["__init__"]).parameters.items()
-        if param.kind in (param.KEYWORD_ONLY, param.POSITIONAL_OR_KEYWORD)
-    )
-
-
-#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through.
-#: decode_responses is left out: the backend reads raw bytes.
-CONNECTION_OPTIONS: frozenset[str] = _keywords(
-    redis.ConnectionPool, redis.SSLConnection, redis.UnixDomainSocketConnection
-) - {"self", "host", "port", "path", "connection_class", "decode_responses"}
-
-URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
-
-
 _SUFFIX_HOLDERS = "h"
 
 #: The acquire script's flags argument, by (fair, claim).
 _FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
-
-
-def redact_url(url: str) -> str:
-    """Return ``url`` with any password (``user:pw@`` or ``?password=``) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises ValueError for a malformed port)
-    except ValueError:
-        return "<unparsable URL>"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if parts.password is None and all(key != "password" for key, _ in query):
-        return url  # unchanged, and not re-assembled (which would alter unix:/// URLs)
-    if parts.password is not None:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        parts = parts._replace(netloc=f"{user}:***@{host}")
-    redacted = [(key, "***" if key == "password" else value) for key, value in query]
-    return parts._replace(query=urlencode(redacted, safe="*/")).geturl()
 
 
 class RedisBackend(BaseLockBackend):
@@ -125,26 +94,35 @@ class RedisBackend(BaseLockBackend):
         timeout = option_seconds("socket_timeout", socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
-        # No automatic retry: a script re-sent after a lost reply could count a hold twice.
+        timeouts = {
+            "socket_timeout": timeout,
+            "socket_connect_timeout": option_seconds(
+                "socket_connect_timeout", socket_connect_timeout
+            ),
+        }
+        # The asyncio client takes the same options, less the few only the sync one knows.
+        self._async_options = {
+            **timeouts,
+            **{k: v for k, v in connection_options.items() if k in ASYNC_CONNECTION_OPTIONS},
+            # No automatic retry: a script re-sent after a lost reply could count a hold twice.
+            "retry": AsyncRetry(NoBackoff(), 0),
+        }
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
-            self.client: redis.Redis = redis.Redis.from_url(
-                url,
-                socket_timeout=option_seconds("socket_timeout", socket_timeout),
-                socket_connect_timeout=option_seconds(
-                    "socket_connect_timeout", socket_connect_timeout
-                ),
-                **connection_options,
-            )
+            self.client: redis.Redis = redis.Redis.from_url(url, **timeouts, **connection_options)
         except ValueError as exc:
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be parsed: {exc}"
             ) from None
+        self._async_clients = PerLoop(self._new_async_client, _close_async_client)
         # SHA1 of each script: EVALSHA sends the digest, and a NOSCRIPT reply loads it once.
         self._scripts: dict[str, tuple[str, str]] = {
             name: (hashlib.sha1(source(name).encode()).hexdigest(), source(name))  # noqa: S324
             for name in SCRIPT_NAMES
         }
+
+    def _new_async_client(self) -> redis.asyncio.Redis:
+        return redis.asyncio.Redis.from_url(self.url, **self._async_options)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} url={redact_url(self.url)!r} prefix={self.key_prefix!r}>"
@@ -199,6 +177,33 @@ class RedisBackend(BaseLockBackend):
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
+    async def _arun(self, script: str, name: str, args: list[Any]) -> Any:
+        # _run() on the running event loop's own client.
+        sha, text = self._scripts[script]
+        key = self.key(name)
+        command: Callable[..., Any] = (await self._async_clients.get()).execute_command
+        try:
+            try:
+                return await command("EVALSHA", sha, 1, key, *args)
+            except NoScriptError:
+                return await command("EVAL", text, 1, key, *args)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+
+    def _acquire_args(
+        self,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int,
+        metadata: str | bytes,
+        fair: bool,
+        wait: float,
+        claim: bool,
+    ) -> list[Any]:
+        wait_ms = _ms(wait) if wait > 0 else 0
+        return [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, _FLAGS[fair, claim]]
+
     # Primitives ------------------------------------------------------------------------------
 
     def acquire(
@@ -213,27 +218,19 @@ class RedisBackend(BaseLockBackend):
         wait: float = 0.0,
         claim: bool = False,
     ) -> AcquireResult:
-        flags = _FLAGS[fair, claim]
-        wait_ms = _ms(wait) if wait > 0 else 0
-        args = [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, flags]
-        reply = self._run("acquire", name, args)
-        if reply[0] == 1:
-            return AcquireResult(
-                True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000
-            )
-        return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
+        args = self._acquire_args(
+            owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
+        )
+        return _acquired(self._run("acquire", name, args))
 
     def release(self, name: str, owner: str) -> int | None:
-        holds = int(self._run("release", name, [owner, self._fencing_arg]))
-        return None if holds < 0 else holds
+        return _count(self._run("release", name, [owner, self._fencing_arg]))
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
-        ms = int(self._run("extend", name, [owner, _ms(ttl), "1" if replace else "0"]))
-        return None if ms < 0 else ms / 1000
+        return _seconds(self._run("extend", name, [owner, _ms(ttl), "1" if replace else "0"]))
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
-        ms = int(self._run("ttl", name, [owner or ""]))
-        return None if ms < 0 else ms / 1000
+        return _seconds(self._run("ttl", name, [owner or ""]))
 
     def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
         # BLPOP on the owner's own wake-up list: a release that hands the lock over pushes
@@ -241,16 +238,63 @@ class RedisBackend(BaseLockBackend):
         seconds = min(timeout, self.max_wait)
         if seconds < 0.001:
             return None
-        key = self.key(name, f"s:{owner}")
         command: Callable[..., Any] = self.client.execute_command
         try:
-            reply = command("BLPOP", key, f"{seconds:.3f}")
+            reply = command("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
-        if not reply:
+        return _granted(reply)
+
+    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        return int(self._run("withdraw", name, [owner, holds, self._fencing_arg]))
+
+    # The same primitives on the running event loop's asyncio client -------------------------
+
+    async def aacquire(
+        self,
+        name: str,
+        owner: str,
+        *,
+        ttl: float,
+        limit: int = 1,
+        metadata: str | bytes,
+        fair: bool = False,
+        wait: float = 0.0,
+        claim: bool = False,
+    ) -> AcquireResult:
+        args = self._acquire_args(
+            owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
+        )
+        return _acquired(await self._arun("acquire", name, args))
+
+    async def arelease(self, name: str, owner: str) -> int | None:
+        return _count(await self._arun("release", name, [owner, self._fencing_arg]))
+
+    async def aextend(
+        self, name: str, owner: str, ttl: float, *, replace: bool = False
+    ) -> float | None:
+        args = [owner, _ms(ttl), "1" if replace else "0"]
+        return _seconds(await self._arun("extend", name, args))
+
+    async def attl(self, name: str, owner: str | None = None) -> float | None:
+        return _seconds(await self._arun("ttl", name, [owner or ""]))
+
+    async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
+        seconds = min(timeout, self.max_wait)
+        if seconds < 0.001:
             return None
-        fence, lease_ms = reply[1].split()
-        return Grant(int(fence), int(lease_ms) / 1000)
+        command: Callable[..., Any] = (await self._async_clients.get()).execute_command
+        try:
+            reply = await command("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+        return _granted(reply)
+
+    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
+        return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg]))
+
+    async def aclose(self) -> None:
+        await self._async_clients.aclose()
 
     def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
         # Every lease in one pipeline: one round trip, however many locks are held.
@@ -348,6 +392,37 @@ class RedisBackend(BaseLockBackend):
 
 def _ms(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+def _acquired(reply: list[Any]) -> AcquireResult:
+    # The acquire script's reply: {1, fence, holds, lease ms} or {0, ms until a lease ends}.
+    if reply[0] == 1:
+        return AcquireResult(
+            True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000
+        )
+    return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
+
+
+def _count(reply: Any) -> int | None:
+    holds = int(reply)
+    return None if holds < 0 else holds
+
+
+def _seconds(reply: Any) -> float | None:
+    ms = int(reply)
+    return None if ms < 0 else ms / 1000
+
+
+def _granted(reply: list[bytes] | None) -> Grant | None:
+    # A BLPOP reply: None on timeout, else (key, b"<fencing token> <lease ms>").
+    if not reply:
+        return None
+    fence, lease_ms = reply[1].split()
+    return Grant(int(fence), int(lease_ms) / 1000)
+
+
+async def _close_async_client(client: redis.asyncio.Redis) -> None:
+    await client.aclose()
 
 
 def _info(name: str, owner: str, ttl_ms: float, data: dict[bytes, bytes], now_ms: int) -> LockInfo:

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.core.management.base import OutputWrapper
 
+from ..backends._redis_options import redact_url
 from ..backends.base import BaseLockBackend, LockInfo
-from ..backends.redis import redact_url
 
 __all__ = [
     "JSON_FORMAT",

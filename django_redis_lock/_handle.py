@@ -1,0 +1,336 @@
+"""What the blocking :class:`~django_redis_lock.Lock` and :class:`~django_redis_lock.AsyncLock`
+share: their arguments, their holds, and the acquire loop itself.
+
+The acquire loop is written once, as a generator of backend calls (:meth:`LockHandle._steps`):
+each handle runs it with its own kind of I/O, blocking or awaited, so deadlines, waiting,
+handoffs and reentrancy behave the same in both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import time
+from collections.abc import Callable, Generator
+from typing import Any, NamedTuple
+
+from ._validation import (
+    validate_limit,
+    validate_metadata,
+    validate_name,
+    validate_timeout,
+    validate_ttl,
+)
+from .backends.base import AcquireResult, BaseLockBackend, Grant, holder_metadata
+from .conf import DEFAULT_ALIAS
+from .exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNotOwnedError
+from .handler import locks
+from .holds import Hold
+from .renewal import Lease, renewer
+
+__all__ = ["REGISTRATION_MARGIN", "Call", "LockHandle"]
+
+logger = logging.getLogger("django_redis_lock")
+
+_HOST = socket.gethostname()
+
+#: A waiter's registration outlives its wait by this much, so a release that comes just as
+#: the wait times out still finds it registered.
+REGISTRATION_MARGIN = 1.0
+
+_OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+
+
+class Call(NamedTuple):
+    """One backend call of the acquire loop: ``acquire(**kwargs)``, or ``wait(timeout)``."""
+
+    wait: bool
+    kwargs: dict[str, Any]
+    timeout: float = 0.0
+
+
+#: The acquire loop: it yields backend calls, is sent their replies, and returns the outcome.
+Steps = Generator[Call, "AcquireResult | Grant | None", bool]
+
+
+class LockHandle:
+    """The arguments, holds and acquire loop of a lock handle; subclasses do the I/O."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        using: str = DEFAULT_ALIAS,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 1,
+        fair: bool = False,
+        auto_renew: bool | None = None,
+        max_hold: float | None = None,
+        on_lost: Callable[[Any], object] | None = None,
+        raise_on_lost: bool = True,
+        owner: str | None = None,
+    ) -> None:
+        self.name = validate_name(name)
+        self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
+        for flag, value in (
+            ("blocking", blocking),
+            ("fair", fair),
+            ("raise_on_lost", raise_on_lost),
+        ):
+            if not isinstance(value, bool):
+                raise LockArgumentTypeError(
+                    f"{flag} must be True or False, got {value!r}.", lock_name=name
+                )
+        if auto_renew is not None and not isinstance(auto_renew, bool):
+            raise LockArgumentTypeError(
+                f"auto_renew must be None, True or False, got {auto_renew!r}.", lock_name=name
+            )
+        self.blocking = blocking
+        self.timeout = validate_timeout(timeout, lock_name=name)
+        if not blocking and timeout is not None:
+            raise InvalidLockArgumentError(
+                f"timeout cannot be given to a non-blocking lock (got {timeout!r}).",
+                lock_name=name,
+            )
+        self.using = using
+        self.metadata = validate_metadata(metadata, lock_name=name)
+        self.limit = validate_limit(limit, lock_name=name)
+        self.fair = fair
+        self.auto_renew = auto_renew
+        self.max_hold = (
+            None
+            if max_hold is None
+            else validate_ttl(max_hold, argument="max_hold", lock_name=name)
+        )
+        if on_lost is not None and not callable(on_lost):
+            raise LockArgumentTypeError(
+                f"on_lost must be a callable taking the lock, got {on_lost!r}.", lock_name=name
+            )
+        self.on_lost = on_lost
+        self.raise_on_lost = raise_on_lost
+        if owner is not None and (not isinstance(owner, str) or not _OWNER.fullmatch(owner)):
+            raise InvalidLockArgumentError(
+                f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {owner!r}.",
+                lock_name=name,
+            )
+        self.owner = owner
+        self._holds: dict[str, Hold] = {}
+        self._lost: set[str] = set()
+        self._holder_cache: dict[str, tuple[int, bytes]] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} using={self.using!r}>"
+
+    def _owner_token(self) -> str:
+        """Return the token of the calling owner (a thread, or an asyncio task)."""
+        raise NotImplementedError("subclasses of LockHandle must provide an _owner_token() method")
+
+    def _where(self) -> str:
+        """Return what runs the caller, as shown in listings (a thread's name, say)."""
+        raise NotImplementedError("subclasses of LockHandle must provide a _where() method")
+
+    @property
+    def backend(self) -> BaseLockBackend:
+        """Return the backend of this lock's alias (built on first use)."""
+        return locks[self.using]
+
+    @property
+    def lease(self) -> float:
+        """Return the lease in seconds that each acquire takes."""
+        return self.backend.default_ttl if self._ttl is None else self._ttl
+
+    @property
+    def fencing_token(self) -> int | None:
+        """Return the fencing token of the calling owner's hold, taken through this handle.
+
+        None until this handle acquires for the caller, and again after its last release.
+        Tokens grow strictly with each new holder of this name: pass yours to the resource
+        you write to, so it can refuse a writer whose token is older than one it has seen.
+        """
+        hold = self._holds.get(self._owner_token())
+        return None if hold is None else hold.fencing_token
+
+    @property
+    def lost(self) -> bool:
+        """Return whether the calling owner's hold (or its last one) was lost.
+
+        A hold is lost when its lease ended, or another owner took the lock, before release.
+        """
+        owner = self._owner_token()
+        hold = self._holds.get(owner)
+        return owner in self._lost if hold is None else hold.lost_reason is not None
+
+    # The acquire loop --------------------------------------------------------------------------
+
+    def _acquire_arguments(self, blocking: bool | None, timeout: float | None) -> tuple[bool, Any]:
+        """Return the (blocking, timeout) that an ``acquire(blocking, timeout)`` call means."""
+        if blocking is None:
+            blocking = self.blocking
+        if timeout is None:
+            return blocking, self.timeout if blocking else None
+        if not blocking:
+            raise InvalidLockArgumentError(
+                f"timeout cannot be given to a non-blocking acquire (got {timeout!r}).",
+                lock_name=self.name,
+            )
+        return blocking, validate_timeout(timeout, lock_name=self.name)
+
+    def _steps(self, owner: str, blocking: bool, timeout: float | None, *, renew: bool) -> Steps:
+        backend = self.backend
+        lease = self.lease
+        holder, started = self._holder_json(), time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        claim = False
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            waiting = blocking and (remaining is None or remaining > 0)
+            window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
+            result = yield Call(
+                wait=False,
+                kwargs={
+                    "ttl": lease,
+                    "limit": self.limit,
+                    "metadata": holder,
+                    "fair": self.fair,
+                    "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
+                    "claim": claim,
+                },
+            )
+            assert isinstance(result, AcquireResult)
+            if result.acquired:
+                assert result.fencing_token is not None
+                granted = lease if result.lease is None else result.lease
+                self._held(owner, result.fencing_token, granted, started, renew=renew)
+                return True
+            if not waiting:
+                if blocking and timeout:
+                    logger.warning(
+                        "Gave up acquiring lock %r after %.3fs: another owner holds it.",
+                        self.name,
+                        time.monotonic() - started,
+                    )
+                return False
+            pause = window if not result.retry_after else min(window, result.retry_after)
+            grant = yield Call(wait=True, kwargs={}, timeout=pause)
+            claim = True
+            if grant is not None:
+                assert isinstance(grant, Grant)
+                self._held(owner, grant.fencing_token, grant.lease, started, renew=renew)
+                return True
+
+    def _holds_of(self, owner: str) -> int:
+        hold = self._holds.get(owner)
+        return 0 if hold is None else hold.count
+
+    def _undo_acquire(self, owner: str, before: int) -> None:
+        """Forget a hold counted by an acquire that was interrupted (the backend is told apart)."""
+        hold = self._holds.get(owner)
+        if hold is None or hold.count <= before:
+            return
+        if before:
+            hold.count = before
+            return
+        if hold.lease is not None:
+            renewer.remove(hold.lease)
+        del self._holds[owner]
+
+    def _held(
+        self, owner: str, fencing_token: int, granted: float, started: float, *, renew: bool
+    ) -> None:
+        hold = self._holds.get(owner)
+        now = time.monotonic()
+        if hold is not None and hold.fencing_token == fencing_token:
+            hold.count += 1
+            return  # a reentrant acquire: announced once, with the first
+        hold = self._holds[owner] = self._new_hold(owner, fencing_token, now)
+        self._lost.discard(owner)
+        # Renewed leases are registered with the renewal thread. So is a lease handed over
+        # short (see the backend) to a holder that does not renew: the thread tops it up to
+        # the full lease once, at once, so this acquire returns without a second round trip.
+        if renew or granted + 0.001 < self.lease:
+            hold.lease = Lease(
+                backend=self.backend,
+                name=self.name,
+                owner=owner,
+                ttl=self.lease,
+                ends=now + granted,
+                on_lost=self._lost_by(hold),
+                stop_at=None if not renew or self.max_hold is None else now + self.max_hold,
+                once=not renew,
+                orphaned=self._orphan_check(),
+            )
+            renewer.add(hold.lease)
+        hold.announce_acquired(now - started)
+
+    def _new_hold(self, owner: str, fencing_token: int, now: float) -> Hold:
+        return Hold(self, owner, fencing_token, now)
+
+    def _orphan_check(self) -> Callable[[], str | None] | None:
+        """Return how the renewal thread learns that the holder can no longer release."""
+        return None
+
+    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
+        def lost(reason: str) -> None:
+            self._lost.add(hold.owner)
+            hold.report_lost(reason)
+
+        return lost
+
+    def _call_on_lost(self, hold: Hold) -> None:
+        """Call the ``on_lost`` callback of a hold found lost (from any thread)."""
+        if self.on_lost is None:
+            return
+        try:
+            self.on_lost(self)
+        except Exception:
+            logger.exception("The on_lost callback of lock %r failed.", self.name)
+
+    # Releasing -------------------------------------------------------------------------------
+
+    def _before_release(self, owner: str) -> Hold | None:
+        hold = self._holds.get(owner)
+        if hold is not None and hold.count == 1 and hold.lease is not None:
+            renewer.remove(hold.lease)  # before the release: a late renewal is then no loss
+        return hold
+
+    def _released(self, owner: str, hold: Hold | None, left: int | None) -> None:
+        """Record what the backend's release answered; raise if the owner held nothing."""
+        if hold is not None and (left is None or hold.count == 1):
+            del self._holds[owner]
+        if left is None:
+            if hold is not None:
+                self._lost_by(hold)("its lease ended before release")
+            raise self._not_owned("release")
+        if hold is not None:
+            hold.count -= 1
+            hold.announce_released(left)
+
+    def _not_owned(self, action: str) -> LockNotOwnedError:
+        return LockNotOwnedError(
+            f"Cannot {action} lock {self.name!r}: this owner does not hold it (never "
+            "acquired, already released, or its lease ended).",
+            lock_name=self.name,
+        )
+
+    def _unrenewed(self, hold: Hold) -> bool:
+        """Return whether only the backend can tell if ``hold`` is still live."""
+        return hold.lost_reason is None and (hold.lease is None or hold.lease.once)
+
+    def _wait_phrase(self) -> str:
+        return "at once" if not self.blocking else f"within {self.timeout}s"
+
+    def _holder_json(self) -> bytes:
+        # Serialised once per thread or task name (again in a forked child: its pid differs).
+        where, pid = self._where(), os.getpid()
+        cached = self._holder_cache.get(where)
+        if cached is None or cached[0] != pid:
+            if len(self._holder_cache) >= 256:
+                self._holder_cache.clear()  # task names come and go: keep the cache small
+            text = holder_metadata(host=_HOST, pid=pid, thread=where, data=self.metadata)
+            cached = self._holder_cache[where] = (pid, text)
+        return cached[1]

@@ -1,0 +1,255 @@
+"""The lock for asyncio code: :func:`alock` returns an :class:`AsyncLock`.
+
+It keeps every promise of :class:`~django_redis_lock.Lock`, on the same backends, keys and
+scripts, so blocking and asyncio code exclude each other on one name. Its owner is the
+running asyncio *task*: tasks that share one handle are still different owners, and none can
+release another's hold. A task cancelled while it waits leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from ._handle import LockHandle
+from ._validation import validate_ttl
+from .backends.base import AcquireResult, Grant
+from .exceptions import (
+    LockArgumentTypeError,
+    LockError,
+    LockLostError,
+    LockNotAcquiredError,
+    LockNotOwnedError,
+)
+from .holds import Hold
+from .owner import current_task_owner
+
+__all__ = ["AsyncLock", "alock"]
+
+logger = logging.getLogger("django_redis_lock")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class AsyncLock(LockHandle):
+    """A distributed, reentrant, fenced lock for asyncio code; see :class:`~.Lock`.
+
+    It takes the same arguments and behaves the same, with ``await`` before what may wait on
+    the backend: ``await l.acquire()``, ``await l.release()``, ``await l.extend(5)``,
+    ``async with alock(name):``, and ``@alock(name)`` on a coroutine function. The owner is
+    the calling asyncio task (or the ``owner`` token given). Renewal runs in the process's
+    renewal thread, so a busy event loop does not lose its leases; it stops when the holding
+    task ends or its event loop closes, and the lease then runs out. ``on_lost`` is called on
+    the holder's event loop; if it returns an awaitable, that is run as a task there.
+    """
+
+    def _owner_token(self) -> str:
+        return current_task_owner() if self.owner is None else self.owner
+
+    def _where(self) -> str:
+        task = asyncio.current_task()
+        thread = threading.current_thread().name
+        return thread if task is None else f"{thread}/{task.get_name()}"
+
+    # Acquiring and releasing -----------------------------------------------------------------
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire the lock; return whether it was acquired. See :meth:`.Lock.acquire`.
+
+        A task cancelled while acquiring leaves no trace: it leaves the queue of waiters, and
+        a lock handed to it meanwhile is released to the next one.
+        """
+        blocking, timeout = self._acquire_arguments(blocking, timeout)
+        return await self._acquire(blocking, timeout, renew=self.auto_renew is True)
+
+    async def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
+        backend, owner = self.backend, self._owner_token()
+        before = self._holds_of(owner)
+        steps = self._steps(owner, blocking, timeout, renew=renew)
+        reply: AcquireResult | Grant | None = None
+        try:
+            call = next(steps)
+            while True:
+                if call.wait:
+                    reply = await backend.await_grant(self.name, owner, call.timeout)
+                else:
+                    reply = await backend.aacquire(self.name, owner, **call.kwargs)
+                call = steps.send(reply)
+        except StopIteration as done:
+            return bool(done.value)
+        except LockError:
+            raise
+        except BaseException:
+            # Cancelled (or interrupted) with the outcome unknown: undo it all, even if
+            # cancelled again meanwhile.
+            self._undo_acquire(owner, before)
+            await _finish(backend.awithdraw(self.name, owner, before))
+            raise
+
+    async def release(self) -> None:
+        """Drop one hold of the calling task; see :meth:`.Lock.release`."""
+        owner = self._owner_token()
+        hold = self._before_release(owner)
+        try:
+            left = await self.backend.arelease(self.name, owner)
+        except asyncio.CancelledError:
+            if hold is None:
+                raise
+            # Cancelled mid-release: finish the release whatever its reply would have said.
+            keep = hold.count - 1
+            left = await _finish(self.backend.awithdraw(self.name, owner, keep))
+            self._released(owner, hold, left)
+            raise
+        self._released(owner, hold, left)
+
+    async def extend(self, seconds: float, *, replace: bool = False) -> float:
+        """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it."""
+        seconds = validate_ttl(seconds, argument="seconds", lock_name=self.name)
+        owner = self._owner_token()
+        remaining = await self.backend.aextend(self.name, owner, seconds, replace=replace)
+        if remaining is None:
+            raise self._not_owned("extend")
+        return remaining
+
+    async def check(self) -> None:
+        """Raise :class:`LockLostError` if the caller's hold is lost; see :meth:`.Lock.check`."""
+        owner = self._owner_token()
+        hold = self._holds.get(owner)
+        if hold is None:
+            raise LockNotOwnedError(
+                f"Cannot check lock {self.name!r}: this owner does not hold it.",
+                lock_name=self.name,
+            )
+        if self._unrenewed(hold) and await self.backend.attl(self.name, owner) is None:
+            self._lost_by(hold)("its lease ended")
+        if hold.lost_reason is not None:
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
+
+    # Inspection ------------------------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """Return whether any owner holds the lock."""
+        return await self.backend.attl(self.name) is not None
+
+    async def owned(self) -> bool:
+        """Return whether the calling task holds the lock."""
+        return await self.backend.attl(self.name, self._owner_token()) is not None
+
+    async def ttl(self) -> float | None:
+        """Return the seconds left of the caller's lease (else of the current holder's)."""
+        backend = self.backend
+        remaining = await backend.attl(self.name, self._owner_token())
+        return await backend.attl(self.name) if remaining is None else remaining
+
+    # Context manager and decorator -----------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncLock:
+        timeout = self.timeout if self.blocking else None
+        if not await self._acquire(self.blocking, timeout, renew=self.auto_renew is not False):
+            raise LockNotAcquiredError(
+                f"Could not acquire lock {self.name!r} {self._wait_phrase()}: another owner "
+                "holds it.",
+                lock_name=self.name,
+            )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        hold = self._holds.get(self._owner_token())
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
+            await self.release()
+        if hold is None or hold.lost_reason is None:
+            return
+        if exc_type is None and self.raise_on_lost:
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate the coroutine function ``func`` so each call runs holding this lock."""
+        if not inspect.iscoroutinefunction(func):
+            raise LockArgumentTypeError(
+                f"alock() decorates coroutine functions; {func!r} is not one. Use lock() "
+                "for plain functions.",
+                lock_name=self.name,
+            )
+
+        @functools.wraps(func)
+        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self:
+                return await func(*args, **kwargs)
+
+        return locked_call
+
+    # Renewal and loss, seen from the event loop ------------------------------------------------
+
+    def _new_hold(self, owner: str, fencing_token: int, now: float) -> Hold:
+        hold = super()._new_hold(owner, fencing_token, now)
+        hold.loop = asyncio.get_running_loop()
+        return hold
+
+    def _orphan_check(self) -> Callable[[], str | None]:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        by_task = self.owner is None
+
+        def orphaned() -> str | None:
+            if loop.is_closed():
+                return "its event loop closed while holding it"
+            if by_task and task is not None and task.done():
+                return "the task holding it ended without releasing it"
+            return None
+
+        return orphaned
+
+    def _call_on_lost(self, hold: Hold) -> None:
+        # Called from the renewal thread: the callback runs on the holder's own loop.
+        loop = hold.loop
+        if self.on_lost is None or loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
+            loop.call_soon_threadsafe(self._run_on_lost)
+
+    def _run_on_lost(self) -> None:
+        assert self.on_lost is not None
+        try:
+            result = self.on_lost(self)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                _callbacks.add(task)  # kept until done: the loop holds tasks weakly
+                task.add_done_callback(self._on_lost_done)
+        except Exception:
+            logger.exception("The on_lost callback of lock %r failed.", self.name)
+
+    def _on_lost_done(self, task: asyncio.Future[object]) -> None:
+        _callbacks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "The on_lost callback of lock %r failed.", self.name, exc_info=task.exception()
+            )
+
+
+_callbacks: set[asyncio.Future[object]] = set()
+
+
+async def _finish(work: Awaitable[int]) -> int:
+    """Await ``work`` to its end, even if the calling task is cancelled again meanwhile."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise
+
+
+#: ``alock(name, ...)`` builds an :class:`AsyncLock`: ``async with alock(...):``.
+alock = AsyncLock
