@@ -8,9 +8,11 @@ It starts a throw-away ``redis-server`` (never a developer's Redis), configures 
 process and in sixteen worker processes (started with ``spawn``), and measures, for each
 library on its own lock names:
 
-1. uncontended acquire+release cycles per second in one process, against a PING floor
-   (``uncontended.py``; each scenario timed ``--rounds`` times for ``--seconds``, the
-   scenarios taking turns in ``--slice`` second slices, the median round kept);
+1. uncontended acquire+release cycles per second in one process, against a PING floor, and
+   the same for the asyncio locks (django-redis-lock's ``alock``, redis-py's asyncio
+   ``Lock``) on one event loop, against an awaited PING (``uncontended.py``; each scenario
+   timed ``--rounds`` times for ``--seconds``, the scenarios taking turns in ``--slice``
+   second slices, the median round kept);
 2. 4 and 16 processes contending for one lock for ``--contention-seconds``: acquisitions per
    second, time spent waiting, Jain's fairness index, FIFO order, mutual exclusion (and
    django-redis-lock with ``fair=True`` at 16) (``contention.py``);
@@ -22,7 +24,7 @@ library on its own lock names:
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout. ``--listing N`` runs instead one benchmark left out by
 default: ``manage.py locks list`` over ``N`` held locks, its time and peak memory
-(``listing.py``). The default run takes about 2.5 minutes; ``--quick`` about
+(``listing.py``). The default run takes about 3 minutes; ``--quick`` about
 half a minute. Worker processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 
@@ -65,14 +67,15 @@ QUICK = {
 
 def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
     """Run every benchmark on the server at ``url``; return the report's data."""
-    results = uncontended.run(
-        uncontended.SCENARIOS,
-        uncontended.Env(url, client),
-        seconds=args.seconds,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        slice_seconds=args.slice,
-    )
+    with uncontended.environment(url, client) as env:
+        results = uncontended.run(
+            uncontended.SCENARIOS,
+            env,
+            seconds=args.seconds,
+            rounds=args.rounds,
+            warmup=args.warmup,
+            slice_seconds=args.slice,
+        )
     summary = uncontended.summarise(results)
     ping_us = next(row["us_per_op"] for row in summary if row["scenario"] == uncontended.FLOOR.key)
     distinct = [footprint.distinct_names(client, lib, args.distinct) for lib in LIBRARIES.values()]
@@ -110,7 +113,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Return the command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (about 30 s)")
+    parser.add_argument("--quick", action="store_true", help="a short run (about 35 s)")
     parser.add_argument("--seconds", type=float, default=3.0, help="uncontended timed run (3)")
     parser.add_argument(
         "--rounds", type=int, default=3, help="uncontended rounds, median kept (3)"

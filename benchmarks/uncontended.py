@@ -1,29 +1,54 @@
 """Uncontended acquire+release cycles, timed in a loop in this process, against a PING floor.
 
-To add an uncontended scenario, append a :class:`Scenario` to :data:`SCENARIOS`.
+The blocking scenarios are compared with a blocking PING and redis-py's ``Lock``; the asyncio
+ones (``asyncio=True``), run on one event loop, with an awaited PING and redis-py's asyncio
+``Lock``. To add an uncontended scenario, append a :class:`Scenario` to :data:`SCENARIOS`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
+import redis.asyncio
 from libraries import DJANGO_REDIS_LOCK, LEASE, PYTHON_REDIS_LOCK, REDIS_PY
 
 Op = Callable[[], object]
+AsyncOp = Callable[[], Awaitable[object]]
 
 
 @dataclass(frozen=True)
 class Env:
-    """What scenarios share: the server's URL and a plain redis-py client of it."""
+    """What scenarios share: the server's URL, plain redis-py clients of it, one event loop.
+
+    The asyncio scenarios all run on ``loop``; ``aclient`` is a ``redis.asyncio`` client.
+    """
 
     url: str
     client: redis.Redis[bytes]
+    loop: asyncio.AbstractEventLoop
+    aclient: redis.asyncio.Redis
+
+
+@contextlib.contextmanager
+def environment(url: str, client: redis.Redis[bytes]) -> Iterator[Env]:
+    """Yield the :class:`Env` of the server at ``url``; close its loop and clients after."""
+    loop = asyncio.new_event_loop()
+    aclient = redis.asyncio.Redis.from_url(url)
+    try:
+        yield Env(url, client, loop, aclient)
+    finally:
+        loop.run_until_complete(aclient.aclose())
+        # django-redis-lock closes its client of this loop when the loop's generators end.
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 @dataclass(frozen=True)
@@ -47,13 +72,16 @@ class Scenario:
     """One operation timed in a tight loop; ``make_op`` builds it once, before the rounds.
 
     ``round_trips`` is the fewest round trips the operation can take (PING: 1, a lock
-    cycle: 2), used to compare it with the PING floor.
+    cycle: 2), used to compare it with the PING floor. With ``asyncio``, ``make_op`` returns
+    a coroutine function, awaited in a loop on ``Env.loop``, and the scenario is compared
+    with the asyncio floor and reference.
     """
 
     key: str
     label: str
     make_op: Callable[[Env], Op]
     round_trips: int
+    asyncio: bool = False
 
 
 @dataclass
@@ -92,6 +120,30 @@ def time_loop(op: Op, seconds: float, batch: int = 64) -> Sample:
         now = time.perf_counter()
         if now >= deadline:
             return Sample(ops, now - started)
+
+
+async def atime_loop(op: AsyncOp, seconds: float, batch: int = 64) -> Sample:
+    """Await ``op()`` in batches until ``seconds`` have passed; return what was done."""
+    ops = 0
+    started = time.perf_counter()
+    deadline = started + seconds
+    while True:
+        for _ in range(batch):
+            await op()
+        ops += batch
+        now = time.perf_counter()
+        if now >= deadline:
+            return Sample(ops, now - started)
+
+
+def timer(scenario: Scenario, env: Env) -> Callable[[float], Sample]:
+    """Build the scenario's operation; return what times it for a number of seconds."""
+    op = scenario.make_op(env)
+    if not scenario.asyncio:
+        return lambda seconds: time_loop(op, seconds)
+    aop = cast(AsyncOp, op)
+    # Each call runs as one task on the one loop, a new owner for django-redis-lock.
+    return lambda seconds: env.loop.run_until_complete(atime_loop(aop, seconds))
 
 
 # Scenarios: each library's own handle, reused, called with its own defaults ------------------
@@ -139,13 +191,60 @@ def python_redis_lock_cycle(env: Env) -> Op:
     return cycle
 
 
+# The asyncio scenarios: awaited on one event loop (python-redis-lock has no asyncio lock) ----
+
+
+def ping_asyncio(env: Env) -> AsyncOp:
+    """Return an awaited PING on a ``redis.asyncio`` client: the asyncio round-trip floor."""
+    return env.aclient.ping
+
+
+def django_redis_lock_asyncio_cycle(env: Env) -> AsyncOp:
+    """Return one awaited acquire and release of a reused ``alock`` handle."""
+    from django_redis_lock import alock
+
+    handle = alock(DJANGO_REDIS_LOCK.name("uncontended-asyncio"), ttl=LEASE)
+
+    async def cycle() -> None:
+        await handle.acquire()
+        await handle.release()
+
+    return cycle
+
+
+def redis_py_asyncio_cycle(env: Env) -> AsyncOp:
+    """Return one awaited acquire and release of a reused ``redis.asyncio.lock.Lock``."""
+    handle = env.aclient.lock(REDIS_PY.name("uncontended-asyncio"), timeout=LEASE)
+
+    async def cycle() -> None:
+        await handle.acquire()
+        await handle.release()
+
+    return cycle
+
+
 FLOOR = Scenario("ping", "PING (round-trip floor)", ping, round_trips=1)
 REFERENCE = Scenario(REDIS_PY.key, REDIS_PY.label, redis_py_cycle, round_trips=2)
+ASYNC_FLOOR = Scenario(
+    "ping_asyncio", "asyncio PING (floor)", ping_asyncio, round_trips=1, asyncio=True
+)
+ASYNC_REFERENCE = Scenario(
+    f"{REDIS_PY.key}_asyncio", "redis-py asyncio Lock", redis_py_asyncio_cycle, 2, asyncio=True
+)
 SCENARIOS: tuple[Scenario, ...] = (
     FLOOR,
     Scenario(DJANGO_REDIS_LOCK.key, DJANGO_REDIS_LOCK.label, django_redis_lock_cycle, 2),
     REFERENCE,
     Scenario(PYTHON_REDIS_LOCK.key, PYTHON_REDIS_LOCK.label, python_redis_lock_cycle, 2),
+    ASYNC_FLOOR,
+    Scenario(
+        f"{DJANGO_REDIS_LOCK.key}_asyncio",
+        "django-redis-lock alock",
+        django_redis_lock_asyncio_cycle,
+        2,
+        asyncio=True,
+    ),
+    ASYNC_REFERENCE,
 )
 
 
@@ -162,18 +261,18 @@ def run(
     slice_seconds: float,
 ) -> list[Result]:
     """Time every scenario for ``seconds`` per round, taking turns in short slices."""
-    ops = [scenario.make_op(env) for scenario in scenarios]
-    for op in ops:
-        time_loop(op, warmup)
+    timers = [timer(scenario, env) for scenario in scenarios]
+    for time_for in timers:
+        time_for(warmup)
     results = [Result(scenario) for scenario in scenarios]
     slices = max(1, round(seconds / slice_seconds))
     for round_index in range(rounds):
-        totals = [Sample(0, 0.0) for _ in ops]
+        totals = [Sample(0, 0.0) for _ in timers]
         for slice_index in range(slices):
             # Rotate who goes first, so none always runs right after the same neighbour.
-            shift = (round_index * slices + slice_index) % len(ops)
-            for index in [*range(shift, len(ops)), *range(shift)]:
-                totals[index] += time_loop(ops[index], seconds / slices)
+            shift = (round_index * slices + slice_index) % len(timers)
+            for index in [*range(shift, len(timers)), *range(shift)]:
+                totals[index] += timers[index](seconds / slices)
         for result, total in zip(results, totals, strict=True):
             result.samples.append(total)
             print(
@@ -185,18 +284,25 @@ def run(
 
 
 def summarise(results: Sequence[Result]) -> list[dict[str, Any]]:
-    """Return one row per scenario, with its rate compared to the floor and to redis-py."""
+    """Return one row per scenario, with its rate compared to the floor and to redis-py.
+
+    Blocking scenarios are compared with the blocking PING and ``Lock``, asyncio scenarios
+    with the asyncio ones.
+    """
     by_key = {result.scenario.key: result for result in results}
-    floor = by_key[FLOOR.key]
-    reference = by_key[REFERENCE.key]
     rows = []
     for result in results:
         scenario = result.scenario
-        is_floor = scenario is FLOOR
+        floor_scenario, reference_scenario = (
+            (ASYNC_FLOOR, ASYNC_REFERENCE) if scenario.asyncio else (FLOOR, REFERENCE)
+        )
+        floor, reference = by_key[floor_scenario.key], by_key[reference_scenario.key]
+        is_floor = scenario is floor_scenario
         rows.append(
             {
                 "scenario": scenario.key,
                 "label": scenario.label,
+                "asyncio": scenario.asyncio,
                 "ops_per_s": round(result.rate, 1),
                 "us_per_op": round(result.micros, 2),
                 "round_trips_implied": round(result.micros / floor.micros, 2),
@@ -223,7 +329,9 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         f"{'vs redis-py':>13}{'vs floor':>10}{'spread':>8}"
     )
     lines = [header, "-" * len(header)]
-    for row in rows:
+    for index, row in enumerate(rows):
+        if row["asyncio"] and (index == 0 or not rows[index - 1]["asyncio"]):
+            lines.append("asyncio, on one event loop:")
         lines.append(
             f"{row['label']:<24}{row['ops_per_s']:>10,.0f}{row['us_per_op']:>9.1f}"
             f"{row['round_trips_implied']:>7.2f}{ratio(row['vs_redis_py']):>13}"
@@ -233,5 +341,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         "",
         "RTTs: us/op divided by PING's us/op. vs floor: rate / (PING rate / round trips"
         " needed), a cycle needing 2.",
+        "asyncio rows: against the asyncio PING and redis-py's asyncio Lock"
+        " (redis.asyncio.lock.Lock).",
     ]
     return "\n".join(lines)

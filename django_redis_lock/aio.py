@@ -91,7 +91,8 @@ class AsyncLock(LockHandle):
             # Cancelled (or interrupted) with the outcome unknown: undo it all, even if
             # cancelled again meanwhile.
             self._undo_acquire(owner, before)
-            await _finish(backend.awithdraw(self.name, owner, before))
+            with contextlib.suppress(LockError):  # the interruption, not this, is the news
+                await _finish(backend.awithdraw(self.name, owner, before))
             raise
 
     async def release(self) -> None:
@@ -104,8 +105,9 @@ class AsyncLock(LockHandle):
             if hold is None:
                 raise
             # Cancelled mid-release: finish the release whatever its reply would have said.
-            keep = hold.count - 1
-            left = await _finish(self.backend.awithdraw(self.name, owner, keep))
+            left = hold.count - 1
+            with contextlib.suppress(LockError):  # then the lease ends by itself
+                left = await _finish(self.backend.awithdraw(self.name, owner, left))
             self._released(owner, hold, left)
             raise
         self._released(owner, hold, left)

@@ -110,3 +110,76 @@ def hold_then_stall(url: str, prefix: str, name: str) -> None:
     except LockLostError as exc:
         outcome = f"lost: {exc}"
     client.rpush(f"{prefix}:outcome", outcome)
+
+
+def hold_until_told(url: str, prefix: str, name: str) -> None:
+    """Hold ``name`` with the blocking lock; report the token; release when told to.
+
+    Just before releasing, push the time (monotonic ns, a system-wide clock) to
+    "<prefix>:releasing", so the test can check that nobody acquired before it.
+    """
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    with lock(name, ttl=30) as held:
+        client.rpush(f"{prefix}:holding", str(held.fencing_token))
+        client.blpop([f"{prefix}:may-release"], timeout=60)
+        client.rpush(f"{prefix}:releasing", str(time.monotonic_ns()))
+
+
+def try_then_wait(url: str, prefix: str, name: str) -> None:
+    """Try ``name`` once without waiting (report "1"/"0"), then wait for it and report
+    "<fencing token> <acquired at, monotonic ns>" before releasing it."""
+    setup_django(url, prefix)
+    import redis
+
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    probe = lock(name, blocking=False)
+    got = probe.acquire()
+    client.rpush(f"{prefix}:tried", "1" if got else "0")
+    if got:
+        probe.release()
+    with lock(name, ttl=30, timeout=30) as held:
+        client.rpush(f"{prefix}:taken", f"{held.fencing_token} {time.monotonic_ns()}")
+
+
+def acount_under_lock(url: str, prefix: str, worker: str, tasks: int, rounds: int) -> None:
+    """``count_under_lock`` with ``alock``: ``tasks`` asyncio tasks, ``rounds`` holds each.
+
+    Each task is its own owner, so the tasks of this process exclude each other too. Holds
+    are logged as "<worker>.<task> start end" on the same list as count_under_lock's.
+    """
+    setup_django(url, prefix)
+    import asyncio
+
+    import redis.asyncio
+
+    from django_redis_lock import alock
+
+    counter, log = f"{prefix}:counter", f"{prefix}:holds"
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(url)
+        guard = alock("shared-counter", ttl=10, timeout=60)
+
+        async def count(task: int) -> None:
+            for _ in range(rounds):
+                async with guard:
+                    start = time.monotonic_ns()
+                    value = int(await client.get(counter) or 0)
+                    await asyncio.sleep(0.001)  # let the other tasks run meanwhile
+                    await client.set(counter, value + 1)
+                    end = time.monotonic_ns()
+                await client.rpush(log, f"{worker}.{task} {start} {end}")
+
+        try:
+            await asyncio.gather(*(count(task) for task in range(tasks)))
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())

@@ -284,9 +284,9 @@ class LocMemBackend(BaseLockBackend):
                 return grant
             self._async_waiters[name, owner] = future
         try:
-            await asyncio.wait_for(future, min(timeout, self.max_wait))
-        except asyncio.TimeoutError:
-            pass
+            # Not wait_for(): before Python 3.12 it may swallow a cancellation that comes
+            # with the wake-up, and the cancelled task would go on holding the lock.
+            await asyncio.wait({future}, timeout=min(timeout, self.max_wait))
         finally:
             with self._changed:
                 self._async_waiters.pop((name, owner), None)
