@@ -14,7 +14,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Generator
-from typing import Any, NamedTuple
+from typing import Any
 
 from ._validation import (
     validate_limit,
@@ -30,7 +30,7 @@ from .handler import locks
 from .holds import Hold
 from .renewal import Lease, renewer
 
-__all__ = ["REGISTRATION_MARGIN", "Call", "LockHandle"]
+__all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -43,16 +43,9 @@ REGISTRATION_MARGIN = 1.0
 _OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
 
 
-class Call(NamedTuple):
-    """One backend call of the acquire loop: ``acquire(**kwargs)``, or ``wait(timeout)``."""
-
-    wait: bool
-    kwargs: dict[str, Any]
-    timeout: float = 0.0
-
-
-#: The acquire loop: it yields backend calls, is sent their replies, and returns the outcome.
-Steps = Generator[Call, "AcquireResult | Grant | None", bool]
+#: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a float: ``wait(it)``),
+#: is sent their replies, and returns whether the lock was acquired.
+Steps = Generator["dict[str, Any] | float", "AcquireResult | Grant | None", bool]
 
 
 class LockHandle:
@@ -180,9 +173,16 @@ class LockHandle:
             )
         return blocking, validate_timeout(timeout, lock_name=self.name)
 
-    def _steps(self, owner: str, blocking: bool, timeout: float | None, *, renew: bool) -> Steps:
-        backend = self.backend
-        lease = self.lease
+    def _steps(
+        self,
+        backend: BaseLockBackend,
+        owner: str,
+        blocking: bool,
+        timeout: float | None,
+        *,
+        renew: bool,
+    ) -> Steps:
+        lease = backend.default_ttl if self._ttl is None else self._ttl
         holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
         claim = False
@@ -190,22 +190,19 @@ class LockHandle:
             remaining = None if deadline is None else deadline - time.monotonic()
             waiting = blocking and (remaining is None or remaining > 0)
             window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
-            result = yield Call(
-                wait=False,
-                kwargs={
-                    "ttl": lease,
-                    "limit": self.limit,
-                    "metadata": holder,
-                    "fair": self.fair,
-                    "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
-                    "claim": claim,
-                },
-            )
+            result = yield {
+                "ttl": lease,
+                "limit": self.limit,
+                "metadata": holder,
+                "fair": self.fair,
+                "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
+                "claim": claim,
+            }
             assert isinstance(result, AcquireResult)
             if result.acquired:
                 assert result.fencing_token is not None
                 granted = lease if result.lease is None else result.lease
-                self._held(owner, result.fencing_token, granted, started, renew=renew)
+                self._held(backend, owner, result.fencing_token, granted, started, renew=renew)
                 return True
             if not waiting:
                 if blocking and timeout:
@@ -215,12 +212,11 @@ class LockHandle:
                         time.monotonic() - started,
                     )
                 return False
-            pause = window if not result.retry_after else min(window, result.retry_after)
-            grant = yield Call(wait=True, kwargs={}, timeout=pause)
+            grant = yield window if not result.retry_after else min(window, result.retry_after)
             claim = True
             if grant is not None:
                 assert isinstance(grant, Grant)
-                self._held(owner, grant.fencing_token, grant.lease, started, renew=renew)
+                self._held(backend, owner, grant.fencing_token, grant.lease, started, renew=renew)
                 return True
 
     def _holds_of(self, owner: str) -> int:
@@ -240,7 +236,14 @@ class LockHandle:
         del self._holds[owner]
 
     def _held(
-        self, owner: str, fencing_token: int, granted: float, started: float, *, renew: bool
+        self,
+        backend: BaseLockBackend,
+        owner: str,
+        fencing_token: int,
+        granted: float,
+        started: float,
+        *,
+        renew: bool,
     ) -> None:
         hold = self._holds.get(owner)
         now = time.monotonic()
@@ -252,17 +255,18 @@ class LockHandle:
         # Renewed leases are registered with the renewal thread. So is a lease handed over
         # short (see the backend) to a holder that does not renew: the thread tops it up to
         # the full lease once, at once, so this acquire returns without a second round trip.
-        if renew or granted + 0.001 < self.lease:
+        lease = backend.default_ttl if self._ttl is None else self._ttl
+        if renew or granted + 0.001 < lease:
             hold.lease = Lease(
-                backend=self.backend,
+                backend=backend,
                 name=self.name,
                 owner=owner,
-                ttl=self.lease,
+                ttl=lease,
                 ends=now + granted,
                 on_lost=self._lost_by(hold),
                 stop_at=None if not renew or self.max_hold is None else now + self.max_hold,
                 once=not renew,
-                orphaned=self._orphan_check(),
+                orphaned=self._orphan_check() if renew else None,  # a top-up ends anyway
             )
             renewer.add(hold.lease)
         hold.announce_acquired(now - started)

@@ -28,6 +28,7 @@ from .exceptions import (
     LockNotAcquiredError,
     LockNotOwnedError,
 )
+from .handler import locks
 from .holds import Hold
 from .owner import current_task_owner
 
@@ -71,17 +72,17 @@ class AsyncLock(LockHandle):
         return await self._acquire(blocking, timeout, renew=self.auto_renew is True)
 
     async def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
-        backend, owner = self.backend, self._owner_token()
+        backend, owner = locks[self.using], self._owner_token()
         before = self._holds_of(owner)
-        steps = self._steps(owner, blocking, timeout, renew=renew)
-        reply: AcquireResult | Grant | None = None
+        steps = self._steps(backend, owner, blocking, timeout, renew=renew)
+        reply: AcquireResult | Grant | None
         try:
             call = next(steps)
             while True:
-                if call.wait:
-                    reply = await backend.await_grant(self.name, owner, call.timeout)
+                if isinstance(call, float):
+                    reply = await backend.await_grant(self.name, owner, call)
                 else:
-                    reply = await backend.aacquire(self.name, owner, **call.kwargs)
+                    reply = await backend.aacquire(self.name, owner, **call)
                 call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)

@@ -7,10 +7,12 @@ signal (:mod:`django_redis_lock.signals`); a lost hold also calls the handle's `
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.dispatch import Signal
 
@@ -84,20 +86,53 @@ class Hold:
         # A receiver that raises must not change what the lock does (leave a hold unreleased,
         # a loss unreported): its error is logged instead.
         lock = self.lock
-        replies = signal.send_robust(
-            sender=type(lock),
-            lock=lock,
-            name=lock.name,
-            using=lock.using,
-            owner=self.owner,
-            fencing_token=self.fencing_token,
+        arguments = {
+            "sender": type(lock),
+            "lock": lock,
+            "name": lock.name,
+            "using": lock.using,
+            "owner": self.owner,
+            "fencing_token": self.fencing_token,
             **extra,
-        )
-        for receiver, reply in replies:
-            if isinstance(reply, Exception):
-                logger.error(
-                    "A receiver of a lock signal failed for lock %r: %r",
-                    lock.name,
-                    receiver,
-                    exc_info=reply,
-                )
+        }
+        if _has_async_receivers(signal, type(lock)):
+            # Django cannot run async receivers from an event loop's own thread in send():
+            # there, a task on the loop sends the signal, just after the event.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                pass
+            else:
+                task = loop.create_task(signal.asend_robust(**arguments))
+                _sending.add(task)
+                task.add_done_callback(functools.partial(_sent, lock.name))
+                return
+        _log_failures(lock.name, signal.send_robust(**arguments))
+
+
+#: Signals being sent by tasks, kept until sent (an event loop holds its tasks weakly).
+_sending: set[asyncio.Task[Any]] = set()
+
+
+def _has_async_receivers(signal: Signal, sender: type) -> bool:
+    if not signal.receivers:
+        return False
+    # Django >= 5.0 tells its sync and async receivers apart.
+    return bool(signal._live_receivers(sender)[1])
+
+
+def _sent(name: str, task: asyncio.Task[Any]) -> None:
+    _sending.discard(task)
+    if not task.cancelled():
+        _log_failures(name, task.result())
+
+
+def _log_failures(name: str, replies: Sequence[tuple[object, object]]) -> None:
+    for receiver, reply in replies:
+        if isinstance(reply, Exception):
+            logger.error(
+                "A receiver of a lock signal failed for lock %r: %r",
+                name,
+                receiver,
+                exc_info=reply,
+            )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import threading
 from collections.abc import Callable
 from types import TracebackType
@@ -25,6 +26,7 @@ from .exceptions import (
     LockNotAcquiredError,
     LockNotOwnedError,
 )
+from .handler import locks
 from .owner import current_owner
 
 __all__ = ["Lock", "current_owner", "lock"]
@@ -62,6 +64,16 @@ class Lock(LockHandle):
     def _where(self) -> str:
         return threading.current_thread().name
 
+    def _holder_json(self) -> bytes:
+        # Per thread, the thread's name cannot change between acquires often: read it once.
+        local = self.__dict__.get("_local")
+        if local is None:
+            local = self.__dict__.setdefault("_local", threading.local())
+        cached: tuple[int, bytes] | None = getattr(local, "holder", None)
+        if cached is None or cached[0] != os.getpid():
+            cached = local.holder = (os.getpid(), super()._holder_json())
+        return cached[1]
+
     # Acquiring and releasing -----------------------------------------------------------------
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -80,17 +92,17 @@ class Lock(LockHandle):
         return self._acquire(blocking, timeout, renew=self.auto_renew is True)
 
     def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
-        backend, owner = self.backend, self._owner_token()
+        backend, owner = locks[self.using], self._owner_token()
         before = self._holds_of(owner)
-        steps = self._steps(owner, blocking, timeout, renew=renew)
-        reply: AcquireResult | Grant | None = None
+        steps = self._steps(backend, owner, blocking, timeout, renew=renew)
+        reply: AcquireResult | Grant | None
         try:
             call = next(steps)
             while True:
-                if call.wait:
-                    reply = backend.wait(self.name, owner, call.timeout)
+                if isinstance(call, float):
+                    reply = backend.wait(self.name, owner, call)
                 else:
-                    reply = backend.acquire(self.name, owner, **call.kwargs)
+                    reply = backend.acquire(self.name, owner, **call)
                 call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)
@@ -112,7 +124,7 @@ class Lock(LockHandle):
         """
         owner = self._owner_token()
         hold = self._before_release(owner)
-        self._released(owner, hold, self.backend.release(self.name, owner))
+        self._released(owner, hold, locks[self.using].release(self.name, owner))
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it.

@@ -993,3 +993,34 @@ async def test_withdraw__an_owner_with_nothing_changes_nothing(
     assert (info.owner, info.holds) == ("holder", 1)
     assert queued(backend, name) == 1
     assert backend.force_release(name) == 1
+
+
+async def test_signals__async_receivers_are_sent_from_the_loop_without_breaking_the_lock(
+    using: str,
+) -> None:
+    events: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    async def on_acquired(sender: object, name: str, **kwargs: object) -> None:
+        events.append(("acquired", name))
+
+    async def on_released(sender: object, name: str, **kwargs: object) -> None:
+        events.append(("released", name))
+        done.set()
+
+    lock_acquired.connect(on_acquired)
+    lock_released.connect(on_released)
+    try:
+        handle = alock("acontract:async-receivers", using=using)
+        assert await handle.acquire() is True
+        assert await handle.owned()
+        await handle.release()
+        assert not await handle.locked()
+        await asyncio.wait_for(done.wait(), 5)
+    finally:
+        lock_acquired.disconnect(on_acquired)
+        lock_released.disconnect(on_released)
+    assert events == [
+        ("acquired", "acontract:async-receivers"),
+        ("released", "acontract:async-receivers"),
+    ]
