@@ -6,17 +6,19 @@ every backend (``--deploy --tag django_redis_lock_connection`` runs that check a
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
 from .conf import get_locks_setting, problems
 from .exceptions import InvalidLockBackendError, LockError
 from .handler import LocksHandler
 
-__all__ = ["check_connection", "check_settings"]
+__all__ = ["check_connection", "check_settings", "check_trusted_proxies"]
 
 
 @register("django_redis_lock")
@@ -25,6 +27,33 @@ def check_settings(
 ) -> list[CheckMessage]:
     """Report every problem of the ``LOCKS`` setting."""
     return [Error(p.msg, hint=p.hint, id=p.id) for p in problems(get_locks_setting())]
+
+
+@register("django_redis_lock")
+def check_trusted_proxies(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Report a ``LOCKS_TRUSTED_PROXIES`` setting that is not a list of addresses or networks."""
+    value = getattr(settings, "LOCKS_TRUSTED_PROXIES", ())
+    hint = 'Use a list such as ["10.0.0.0/8", "127.0.0.1"]: the proxies whose X-Forwarded-For '
+    hint += "header the 'ip' view lock key may believe."
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
+        message = (
+            f"LOCKS_TRUSTED_PROXIES must be a list of IP addresses or networks, got {value!r}."
+        )
+        return [Error(message, hint=hint, id="django_redis_lock.E013")]
+    errors: list[CheckMessage] = []
+    for proxy in value:
+        try:
+            if not isinstance(proxy, str):
+                raise TypeError(proxy)  # ip_network() would read an int as an address
+            ipaddress.ip_network(proxy, strict=False)
+        except (TypeError, ValueError):
+            message = (
+                f"LOCKS_TRUSTED_PROXIES holds {proxy!r}, which is not an IP address or network."
+            )
+            errors.append(Error(message, hint=hint, id="django_redis_lock.E013"))
+    return errors
 
 
 @register("django_redis_lock_connection", deploy=True)

@@ -1,0 +1,293 @@
+"""The work shared by :func:`~.decorators.lock_view` and :class:`~.mixins.LockMixin`.
+
+A :class:`ViewLock` holds the options of one locked view. For each request whose method it
+locks, it builds the lock name from the key, takes the lock under an owner token of the
+request's own (so a response streamed from another thread or task can still release it),
+runs the view, and answers a conflict with :meth:`ViewLock.conflict`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import sys
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.template.loader import render_to_string
+
+from .aio import AsyncLock
+from .backends.base import LockInfo
+from .conf import DEFAULT_ALIAS
+from .exceptions import LockNotAcquiredError
+from .handler import locks
+from .lock import Lock
+from .view_keys import Key, request_key, validate_key
+
+__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "ViewLock"]
+
+logger = logging.getLogger("django_redis_lock")
+
+#: The methods locked by default: the ones that change something.
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+#: The statuses a conflict may answer with.
+CONFLICT_STATUSES = frozenset({409, 423, 429, 503})
+
+ConflictHook = Callable[[HttpRequest, list[LockInfo]], HttpResponseBase]
+
+
+@dataclass(frozen=True)
+class ViewLock:
+    """The lock options of one view, checked when the view is defined."""
+
+    key: Key
+    name: str
+    where: str
+    ttl: float | None = None
+    timeout: float = 0.0
+    methods: Collection[str] = UNSAFE_METHODS
+    status: int = 409
+    using: str = DEFAULT_ALIAS
+    on_conflict: ConflictHook | None = None
+    template_name: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_key(self.key, where=self.where)
+        validate_status(self.status, where=self.where)
+        if isinstance(self.methods, str) or not all(isinstance(m, str) for m in self.methods):
+            raise ImproperlyConfigured(
+                f"{self.where}: methods must be a list of HTTP method names such as "
+                f"['POST'], got {self.methods!r}."
+            )
+        object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+
+    def applies(self, request: HttpRequest) -> bool:
+        """Return whether ``request`` is one this view locks (by its method)."""
+        return request.method in self.methods
+
+    def lock_name(self, request: HttpRequest, args: Any, kwargs: dict[str, Any]) -> str:
+        """Return the name of the lock that ``request`` takes."""
+        return f"view:{self.name}:{request_key(request, self.key, args, kwargs, where=self.where)}"
+
+    def _options(self, request: HttpRequest) -> dict[str, Any]:
+        user = getattr(request, "user", None)
+        metadata = {"method": request.method, "path": request.path[:200]}
+        if user is not None and user.is_authenticated:
+            metadata["user"] = str(user.pk)
+        return {
+            "ttl": self.ttl,
+            "timeout": self.timeout if self.timeout > 0 else None,
+            "blocking": self.timeout > 0,
+            "using": self.using,
+            "metadata": metadata,
+            "owner": f"request:{secrets.token_hex(12)}",
+        }
+
+    # Sync views ------------------------------------------------------------------------------
+
+    def call(
+        self,
+        view: Callable[..., HttpResponseBase],
+        request: HttpRequest,
+        args: Any,
+        kwargs: dict[str, Any],
+    ) -> HttpResponseBase:
+        """Run ``view`` holding the request's lock, or answer the conflict."""
+        held = Lock(self.lock_name(request, args, kwargs), **self._options(request))
+        try:
+            held.__enter__()
+        except LockNotAcquiredError:
+            return self.conflict(request, locks[self.using].lock_info(held.name))
+        try:
+            response = view(request, *args, **kwargs)
+        except BaseException:
+            held.__exit__(*sys.exc_info())
+            raise
+        if response.streaming:
+            _release_when_streamed(response, held)
+        else:
+            held.__exit__(None, None, None)
+        return response
+
+    # Async views -----------------------------------------------------------------------------
+
+    async def acall(
+        self, view: Callable[..., Any], request: HttpRequest, args: Any, kwargs: dict[str, Any]
+    ) -> HttpResponseBase:
+        """Run the async ``view`` holding the request's lock, or answer the conflict."""
+        held = AsyncLock(self.lock_name(request, args, kwargs), **self._options(request))
+        try:
+            await held.__aenter__()
+        except LockNotAcquiredError:
+            info = await sync_to_async(locks[self.using].lock_info, thread_sensitive=False)(
+                held.name
+            )
+            return self.conflict(request, info)
+        try:
+            response: HttpResponseBase = await view(request, *args, **kwargs)
+        except BaseException:
+            await held.__aexit__(*sys.exc_info())
+            raise
+        if response.streaming:
+            _release_when_streamed(response, held)
+        else:
+            await held.__aexit__(None, None, None)
+        return response
+
+    # Conflicts -------------------------------------------------------------------------------
+
+    def conflict(self, request: HttpRequest, holders: list[LockInfo]) -> HttpResponseBase:
+        """Answer a request whose lock another request holds."""
+        if self.on_conflict is not None:
+            return self.on_conflict(request, holders)
+        return conflict_response(
+            request, holders, status=self.status, template_name=self.template_name
+        )
+
+
+def validate_status(status: object, *, where: str) -> None:
+    """Raise ImproperlyConfigured unless ``status`` is one a conflict may answer with."""
+    if status not in CONFLICT_STATUSES:
+        raise ImproperlyConfigured(
+            f"{where}: status must be one of 409, 423, 429 or 503, got {status!r}."
+        )
+
+
+def retry_after(holders: list[LockInfo]) -> int:
+    """Return the seconds until the first holder's lease ends, rounded up (at least 1)."""
+    return max(1, math.ceil(min((h.ttl for h in holders), default=1.0)))
+
+
+def conflict_response(
+    request: HttpRequest,
+    holders: list[LockInfo],
+    *,
+    status: int = 409,
+    template_name: str | None = None,
+) -> HttpResponseBase:
+    """Return the default answer to a conflict: a template, JSON, or a line of text.
+
+    JSON goes to clients that prefer it (their ``Accept`` header, or a JSON request body).
+    ``Retry-After`` says when the holder's lease ends, rounded up.
+    """
+    seconds = retry_after(holders)
+    message = "This request is already being processed. Try again later."
+    response: HttpResponseBase
+    if template_name is not None:
+        context = {"holders": holders, "retry_after": seconds, "status": status}
+        response = HttpResponse(render_to_string(template_name, context, request), status=status)
+    elif _wants_json(request):
+        response = JsonResponse(
+            {"error": "locked", "detail": message, "retry_after": seconds}, status=status
+        )
+    else:
+        response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(seconds)
+    return response
+
+
+def _wants_json(request: HttpRequest) -> bool:
+    if request.content_type == "application/json":
+        return True
+    accept = request.headers.get("Accept", "")
+    return (
+        "json" in accept
+        and request.get_preferred_type(["text/html", "application/json"]) == "application/json"
+    )
+
+
+def _release_when_streamed(response: HttpResponseBase, held: Lock | AsyncLock) -> None:
+    # The lock is kept until the last chunk is sent, or the response is closed (a client that
+    # went away, say), whichever comes first; Django closes every response it sent.
+    content = response.streaming_content  # type: ignore[attr-defined]
+    release = _Release(held)
+    if response.is_async:  # type: ignore[attr-defined]
+        response.streaming_content = _AsyncStream(content, release)  # type: ignore[attr-defined]
+    else:
+        response.streaming_content = _Stream(content, release)  # type: ignore[attr-defined]
+
+
+class _Release:
+    """Release a view's lock once, from blocking or asyncio code, whichever comes first."""
+
+    def __init__(self, held: Lock | AsyncLock) -> None:
+        self.held = held
+        self.done = False
+
+    def now(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if isinstance(self.held, Lock):
+            self.held.__exit__(None, None, None)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            async_to_sync(self.held.__aexit__)(None, None, None)
+        else:  # closed from an event loop's own thread: release on that loop
+            task = loop.create_task(self.held.__aexit__(None, None, None))
+            _releasing.add(task)
+            task.add_done_callback(_releasing.discard)
+
+    async def anow(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if isinstance(self.held, AsyncLock):
+            await self.held.__aexit__(None, None, None)
+        else:
+            await sync_to_async(self.held.__exit__, thread_sensitive=False)(None, None, None)
+
+
+#: Releases scheduled on an event loop, kept until done (a loop holds its tasks weakly).
+_releasing: set[asyncio.Task[None]] = set()
+
+
+class _Stream:
+    """A streaming response's content that releases the view's lock at its end, or close."""
+
+    def __init__(self, content: Iterator[bytes], release: _Release) -> None:
+        self._content = content
+        self._release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self
+
+    def __next__(self) -> bytes:
+        try:
+            return next(self._content)
+        except StopIteration:
+            self._release.now()
+            raise
+
+    def close(self) -> None:
+        self._release.now()
+
+
+class _AsyncStream:
+    """The asynchronous twin of :class:`_Stream`."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: _Release) -> None:
+        self._content = content
+        self._release = release
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return await self._content.__anext__()
+        except StopAsyncIteration:
+            await self._release.anow()
+            raise
+
+    def close(self) -> None:
+        self._release.now()
