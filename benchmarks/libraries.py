@@ -102,7 +102,7 @@ DJANGO_REDIS_LOCK = Library(
     "django-redis-lock",
     _django_redis_lock,
     prefix="",
-    patterns=lambda name: (f"{KEY_PREFIX}:{{{name}*",),
+    patterns=lambda name: (f"{KEY_PREFIX}:{{={name}*",),
     kind=_django_kind,
     by_design=frozenset({"f"}),
 )

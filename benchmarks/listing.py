@@ -179,7 +179,7 @@ def delete_keys(client: redis.Redis[bytes]) -> int:
     """Delete every key of the benchmark's locks (fencing counters included)."""
     deleted = 0
     batch: list[bytes] = []
-    for key in client.scan_iter(match=f"{KEY_PREFIX}:{{{NAME}*", count=1000):
+    for key in client.scan_iter(match=f"{KEY_PREFIX}:{{={NAME}*", count=1000):
         batch.append(key)
         if len(batch) == 1000:
             deleted += client.unlink(*batch)

@@ -72,10 +72,10 @@ def test_timeout__a_waiter_that_gives_up_leaves_the_queue(
 ) -> None:
     with lock("live:giveup"):
         assert in_thread(lambda: lock("live:giveup").acquire(timeout=0.2)) is False
-        assert raw_redis.exists(f"{prefix}:{{live:giveup}}:q") == 0
-        assert raw_redis.exists(f"{prefix}:{{live:giveup}}:w") == 0
+        assert raw_redis.exists(f"{prefix}:{{=live:giveup}}:q") == 0
+        assert raw_redis.exists(f"{prefix}:{{=live:giveup}}:w") == 0
     left = sorted(k.decode() for k in raw_redis.scan_iter(match=f"{prefix}:*"))
-    assert left == [f"{prefix}:{{live:giveup}}:f"]
+    assert left == [f"{prefix}:{{=live:giveup}}:f"]
 
 
 def test_dead_waiter__holds_the_others_back_only_for_its_registration(
@@ -122,7 +122,7 @@ def queued(backend: BaseLockBackend, name: str) -> int:
     from django_redis_lock.backends.redis import RedisBackend
 
     if isinstance(backend, RedisBackend):
-        return int(backend.client.zcard(f"{backend.key_prefix}:{{{name}}}:q"))
+        return int(backend.client.zcard(f"{backend.key_prefix}:{{={name}}}:q"))
     assert isinstance(backend, LocMemBackend)
     entry = backend._locks.get(name)
     return 0 if entry is None else len(entry.queue)
@@ -398,7 +398,7 @@ def test_contention__leaves_nothing_behind_but_the_fence(
         thread.join(60)
     assert counts == [30] * 4
     left = sorted(k.decode() for k in raw_redis.scan_iter(match=f"{prefix}:*"))
-    assert left == [f"{prefix}:{{live:tidy}}:f"]
+    assert left == [f"{prefix}:{{=live:tidy}}:f"]
 
 
 def test_signals__a_failing_receiver_is_logged_and_changes_nothing(

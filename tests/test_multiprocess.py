@@ -90,7 +90,7 @@ def test_fair__processes_acquire_in_arrival_order(
             child.start()
             children.append(child)
             # Each process is queued before the next one starts.
-            eventually(lambda n=number: raw_redis.zcard(f"{prefix}:{{fifo}}:q") == n + 1, 60)
+            eventually(lambda n=number: raw_redis.zcard(f"{prefix}:{{=fifo}}:q") == n + 1, 60)
         holder.release()
     finally:
         for child in children:

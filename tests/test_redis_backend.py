@@ -6,11 +6,14 @@ import time
 
 import pytest
 import redis as redis_py
+from redis.crc import key_slot
 
 from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends.base import holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
+
+from .helpers import in_thread
 
 
 def keys_of(client: redis_py.Redis, prefix: str) -> list[str]:
@@ -20,9 +23,22 @@ def keys_of(client: redis_py.Redis, prefix: str) -> list[str]:
 def test_keys__share_the_cluster_hash_tag(raw_redis: redis_py.Redis, prefix: str) -> None:
     with lock("reports:daily"):
         held = keys_of(raw_redis, prefix)
-    assert held == [f"{prefix}:{{reports:daily}}:{kind}" for kind in ("d", "f", "h")]
+    assert held == [f"{prefix}:{{=reports:daily}}:{kind}" for kind in ("d", "f", "h")]
     tags = {key[key.index("{") + 1 : key.index("}")] for key in held}
-    assert tags == {"reports:daily"}
+    assert tags == {"=reports:daily"}
+
+
+@pytest.mark.parametrize("name", ["}starts-with-a-brace", "}", "a}b{c}", "{x}"])
+def test_keys__of_a_name_with_braces_share_one_cluster_slot(
+    raw_redis: redis_py.Redis, prefix: str, name: str
+) -> None:
+    holder = lock(name)
+    with holder:
+        waiter = lock(name)
+        assert not in_thread(lambda: waiter.acquire(timeout=0.05))
+        held = keys_of(raw_redis, prefix)
+    assert {key.rsplit(":", 1)[-1] for key in held} >= {"d", "f", "h"}
+    assert len({key_slot(key.encode()) for key in held}) == 1, held
 
 
 def test_release__leaves_only_the_fencing_counter(raw_redis: redis_py.Redis, prefix: str) -> None:
@@ -30,15 +46,15 @@ def test_release__leaves_only_the_fencing_counter(raw_redis: redis_py.Redis, pre
     for _ in range(3):
         with handle, lock("leftover"):
             pass
-    assert keys_of(raw_redis, prefix) == [f"{prefix}:{{leftover}}:f"]
-    counter_ttl = raw_redis.pttl(f"{prefix}:{{leftover}}:f")
+    assert keys_of(raw_redis, prefix) == [f"{prefix}:{{=leftover}}:f"]
+    counter_ttl = raw_redis.pttl(f"{prefix}:{{=leftover}}:f")
     assert 86_000_000 < counter_ttl <= 86_430_000
 
 
 def test_lease__keys_expire_with_the_lease(raw_redis: redis_py.Redis, prefix: str) -> None:
     with lock("expiring", ttl=7):
         for kind in ("h", "d"):
-            assert 6000 < raw_redis.pttl(f"{prefix}:{{expiring}}:{kind}") <= 7000
+            assert 6000 < raw_redis.pttl(f"{prefix}:{{=expiring}}:{kind}") <= 7000
 
 
 def test_scripts__reloaded_after_script_flush(raw_redis: redis_py.Redis) -> None:
@@ -52,7 +68,7 @@ def test_fencing_token__keeps_growing_after_the_counter_expired(
 ) -> None:
     with lock("fence-gone") as handle:
         first = handle.fencing_token
-    raw_redis.delete(f"{prefix}:{{fence-gone}}:f")
+    raw_redis.delete(f"{prefix}:{{=fence-gone}}:f")
     with lock("fence-gone") as handle:
         second = handle.fencing_token
     assert first is not None
@@ -75,8 +91,8 @@ def test_iter_locks__pages_through_more_keys_than_one_batch(raw_redis: redis_py.
 def test_iter_locks__ignores_other_keys_under_the_prefix(
     raw_redis: redis_py.Redis, prefix: str
 ) -> None:
-    raw_redis.set(f"{prefix}:{{not-a-lock}}:h", "a string, not a holders set")
-    raw_redis.hset(f"{prefix}:{{stray}}:d", "x", "1")
+    raw_redis.set(f"{prefix}:{{=not-a-lock}}:h", "a string, not a holders set")
+    raw_redis.hset(f"{prefix}:{{=stray}}:d", "x", "1")
     with lock("real"):
         assert [info.name for info in locks["default"].iter_locks()] == ["real"]
 

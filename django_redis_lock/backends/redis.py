@@ -130,8 +130,12 @@ class RedisBackend(BaseLockBackend):
     # Keys ------------------------------------------------------------------------------------
 
     def key(self, name: str, kind: str = _SUFFIX_HOLDERS) -> str:
-        """Return the key of one ``kind`` of lock ``name`` (see ``lua/_prelude.lua``)."""
-        return f"{self.key_prefix}:{{{name}}}:{kind}"
+        """Return the key of one ``kind`` of lock ``name`` (see ``lua/_prelude.lua``).
+
+        The hash tag is ``=`` and the name: never empty, even for a name that starts with
+        ``}``, so every key of a lock is in one Redis Cluster slot.
+        """
+        return f"{self.key_prefix}:{{={name}}}:{kind}"
 
     def keys(self, name: str) -> tuple[str, str, str]:
         """Return the holders, data and fence keys of lock ``name``."""
@@ -139,11 +143,11 @@ class RedisBackend(BaseLockBackend):
 
     def _match(self, pattern: str) -> str:
         # The SCAN pattern of the holders keys of the locks whose names match ``pattern``.
-        return f"{glob_escape(self.key_prefix)}:{{{pattern}}}:{_SUFFIX_HOLDERS}"
+        return f"{glob_escape(self.key_prefix)}:{{={pattern}}}:{_SUFFIX_HOLDERS}"
 
     def _name_from_key(self, key: bytes) -> str:
         text = key.decode("utf-8")
-        return text[len(self.key_prefix) + 2 : -(len(_SUFFIX_HOLDERS) + 2)]
+        return text[len(self.key_prefix) + 3 : -(len(_SUFFIX_HOLDERS) + 2)]
 
     @contextlib.contextmanager
     def _errors(self, name: str | None) -> Iterator[None]:

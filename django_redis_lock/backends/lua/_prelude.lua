@@ -1,14 +1,14 @@
 -- Shared by every script (prepended at load time; see also _helpers.lua).
 -- Only KEYS[1] (the holders key) is passed; the other keys of the lock are derived from it and
--- carry the same hash tag {name}, so all of them live in one Redis Cluster slot:
---   <prefix>:{name}:h   holders  sorted set: owner -> lease end (ms, server clock)
---   <prefix>:{name}:d   data     hash: "<owner>" hold count, "<owner>|f" fencing token,
---                                "<owner>|t" acquired at (ms), "<owner>|m" metadata (JSON)
---   <prefix>:{name}:f   fence    string: the last fencing token issued for the name
---   <prefix>:{name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO order
---   <prefix>:{name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit> <meta>"
---   <prefix>:{name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
---                                handed to a waiting owner (the owner's wake-up call)
+-- carry the same hash tag {=name}, so all of them live in one Redis Cluster slot:
+--   <prefix>:{=name}:h   holders  sorted set: owner -> lease end (ms, server clock)
+--   <prefix>:{=name}:d   data     hash: "<owner>" hold count, "<owner>|f" fencing token,
+--                                 "<owner>|t" acquired at (ms), "<owner>|m" metadata (JSON)
+--   <prefix>:{=name}:f   fence    string: the last fencing token issued for the name
+--   <prefix>:{=name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO order
+--   <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit> <meta>"
+--   <prefix>:{=name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
+--                                 handed to a waiting owner (the owner's wake-up call)
 -- Time comes from the server's clock, so clients' clocks never matter.
 local base = string.sub(KEYS[1], 1, -2)
 local K_holders, K_data, K_fence = KEYS[1], base .. 'd', base .. 'f'
