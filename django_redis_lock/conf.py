@@ -28,7 +28,13 @@ DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
 }
 
 #: OPTIONS that are durations in seconds, checked as positive finite numbers.
-DURATION_OPTIONS = ("ttl", "fencing_ttl", "socket_timeout", "socket_connect_timeout")
+DURATION_OPTIONS = (
+    "ttl",
+    "fencing_ttl",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "wait_replicas_timeout",
+)
 
 
 _parse_url: Callable[[str], dict[str, Any]] = _untyped_parse_url
@@ -182,6 +188,14 @@ def option_problems(
                     "Durations are seconds; floats give millisecond precision (0.5 is 500 ms).",
                 )
             )
+    found.extend(
+        Problem(
+            "django_redis_lock.E014",
+            f"{where}['OPTIONS']: {problem}",
+            f"See the OPTIONS of {backend.__name__} in the deployment documentation.",
+        )
+        for problem in backend.option_problems(options)
+    )
     prefix = options.get("key_prefix", "lock")
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(

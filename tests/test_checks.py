@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from typing import Any
 
 import pytest
@@ -223,8 +224,9 @@ def test_check__unknown_redis_option__E007() -> None:
         )
     ]
     assert messages[0].hint == (
-        "RedisBackend accepts: fencing_ttl, key_prefix, socket_connect_timeout, "
-        "socket_timeout, ttl, url, and redis-py connection keywords such as password, "
+        "RedisBackend accepts: fencing_ttl, key_prefix, sentinels, service_name, "
+        "socket_connect_timeout, socket_timeout, ttl, url, wait_replicas, "
+        "wait_replicas_timeout, and redis-py connection keywords such as password, "
         "ssl_ca_certs or max_connections."
     )
 
@@ -522,3 +524,49 @@ def test_check__deploy_leaves_process_handler_untouched(redis_url: str) -> None:
     assert locks._backends == {}
     assert lock_checks(deploy=True) == []
     assert locks._backends == {}
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (
+            {"service_name": "mymaster"},
+            "service_name is given without sentinels.",
+        ),
+        (
+            {"sentinels": ["127.0.0.1:26379"]},
+            "service_name must name the Sentinel-monitored primary, got None.",
+        ),
+        (
+            {"sentinels": "127.0.0.1:26379", "service_name": "mymaster"},
+            "sentinels must be a non-empty list of \"host:port\" strings, got '127.0.0.1:26379'.",
+        ),
+        (
+            {"sentinels": ["127.0.0.1", ["h", "26379"]], "service_name": "mymaster"},
+            "sentinels holds '127.0.0.1', which is not a \"host:port\" string or a [host, port] "
+            "pair.",
+        ),
+        (
+            {"wait_replicas": -1},
+            "wait_replicas must be a whole number of replicas (0: do not wait), got -1.",
+        ),
+    ],
+)
+def test_check__bad_sentinel_or_replica_options__E014(
+    options: dict[str, object], problem: str
+) -> None:
+    with override_settings(LOCKS={"default": redis_alias(**options)}):
+        messages = lock_checks()
+    assert (
+        "django_redis_lock.E014",
+        f"LOCKS['default']['OPTIONS']: {problem}",
+        "See the OPTIONS of RedisBackend in the deployment documentation.",
+    ) == (messages[0].id, messages[0].msg, messages[0].hint)
+    with pytest.raises(InvalidLockBackendError, match=re.escape(problem)):
+        RedisBackend(**options)  # type: ignore[arg-type]
+
+
+def test_check__sentinel_options_that_fit__no_E014() -> None:
+    options = {"sentinels": ["127.0.0.1:26379", ["127.0.0.1", 26380]], "service_name": "m"}
+    with override_settings(LOCKS={"default": redis_alias(**options, wait_replicas=1)}):
+        assert lock_checks() == []

@@ -1,14 +1,27 @@
-"""What a Redis URL and the OPTIONS of a Redis backend may hold, and how they are shown."""
+"""What the OPTIONS of a Redis backend may hold, how URLs are shown, and the clients built."""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
+import redis.connection
+import redis.sentinel
 
-__all__ = ["ASYNC_CONNECTION_OPTIONS", "CONNECTION_OPTIONS", "URL_SCHEMES", "redact_url"]
+__all__ = [
+    "ASYNC_CONNECTION_OPTIONS",
+    "CONNECTION_OPTIONS",
+    "URL_SCHEMES",
+    "async_client",
+    "redact_url",
+    "sentinel_problems",
+    "sync_client",
+]
 
 
 def _keywords(*classes: type) -> frozenset[str]:
@@ -58,3 +71,103 @@ def redact_url(url: str) -> str:
         parts = parts._replace(netloc=f"{user}:***@{host}")
     redacted = [(key, "***" if key == "password" else value) for key, value in query]
     return parts._replace(query=urlencode(redacted, safe="*/")).geturl()
+
+
+#: How a Sentinel is named in OPTIONS: "host:port", or a [host, port] pair.
+SentinelAddress = str | tuple[str, int] | list[Any]
+
+
+def sentinel_problems(sentinels: object, service_name: object) -> list[str]:
+    """Return what is wrong with the ``sentinels`` and ``service_name`` OPTIONS (if given)."""
+    if sentinels is None:
+        return [] if service_name is None else ["service_name is given without sentinels."]
+    problems = []
+    if not isinstance(sentinels, (list, tuple)) or not sentinels:
+        problems.append(
+            f'sentinels must be a non-empty list of "host:port" strings, got {sentinels!r}.'
+        )
+    else:
+        problems += [
+            f'sentinels holds {one!r}, which is not a "host:port" string or a [host, port] pair.'
+            for one in sentinels
+            if sentinel_address(one) is None
+        ]
+    if not isinstance(service_name, str) or not service_name:
+        problems.append(
+            f"service_name must name the Sentinel-monitored primary, got {service_name!r}."
+        )
+    return problems
+
+
+def sentinel_address(value: object) -> tuple[str, int] | None:
+    """Return ``(host, port)`` for one entry of the ``sentinels`` option, or None if invalid."""
+    if isinstance(value, str):
+        host, _, port = value.rpartition(":")
+        return (host, int(port)) if host and port.isdigit() else None
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and isinstance(value[0], str)
+        and isinstance(value[1], int)
+        and not isinstance(value[1], bool)
+    ):
+        return value[0], value[1]
+    return None
+
+
+def sentinel_connection(url: str) -> dict[str, Any]:
+    """Return what a URL says about the primary behind Sentinel: database, credentials, TLS."""
+    parse_url: Any = redis.connection.parse_url  # untyped in redis-py
+    parts: dict[str, Any] = parse_url(url)
+    found: dict[str, Any] = {k: parts[k] for k in ("db", "username", "password") if k in parts}
+    if urlsplit(url).scheme == "rediss":
+        found["ssl"] = True
+    return found
+
+
+def sync_client(
+    url: str,
+    sentinels: Sequence[SentinelAddress] | None,
+    service_name: str | None,
+    options: dict[str, Any],
+) -> redis.Redis:
+    """Return the blocking client: of ``url``, or of the primary that Sentinel names."""
+    if not sentinels:
+        return redis.Redis.from_url(url, **options)
+    addresses = [sentinel_address(one) for one in sentinels]
+    # redis-py's Sentinel is untyped: reached through an Any-typed name.
+    sentinel_class: Any = redis.sentinel.Sentinel
+    sentinel = sentinel_class(
+        [a for a in addresses if a is not None],
+        sentinel_kwargs=_sentinel_kwargs(options),
+        **options,
+    )
+    assert service_name is not None
+    client: redis.Redis = sentinel.master_for(service_name, **sentinel_connection(url))
+    return client
+
+
+def async_client(
+    url: str,
+    sentinels: Sequence[SentinelAddress] | None,
+    service_name: str | None,
+    options: dict[str, Any],
+) -> redis.asyncio.Redis:
+    """Return an asyncio client, as :func:`sync_client` does a blocking one."""
+    if not sentinels:
+        return redis.asyncio.Redis.from_url(url, **options)
+    addresses = [sentinel_address(one) for one in sentinels]
+    sentinel_class: Any = redis.asyncio.sentinel.Sentinel
+    sentinel = sentinel_class(
+        [a for a in addresses if a is not None],
+        sentinel_kwargs=_sentinel_kwargs(options),
+        **options,
+    )
+    assert service_name is not None
+    client: redis.asyncio.Redis = sentinel.master_for(service_name, **sentinel_connection(url))
+    return client
+
+
+def _sentinel_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    # The sentinels themselves are asked with the same timeouts (not the primary's password).
+    return {k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options}

@@ -140,6 +140,15 @@ class BaseLockBackend:
         self.key_prefix = key_prefix
         self.default_ttl = option_seconds("ttl", ttl)
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        """Return what is wrong with ``options`` beyond the checks every backend gets.
+
+        Each problem is one sentence naming the option; ``manage.py check`` reports them
+        (check E014), and the constructor should raise InvalidLockBackendError for them.
+        """
+        return []
+
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
 

@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import redis
@@ -26,7 +26,11 @@ from ._redis_options import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
     URL_SCHEMES,
+    SentinelAddress,
+    async_client,
     redact_url,
+    sentinel_problems,
+    sync_client,
 )
 from ._scripts import SCRIPT_NAMES, source
 from .base import (
@@ -45,6 +49,9 @@ logger = logging.getLogger("django_redis_lock")
 
 
 _SUFFIX_HOLDERS = "h"
+
+#: What an acquire hands back: a result, or a grant to a waiter.
+_Won = TypeVar("_Won", AcquireResult, Grant)
 
 #: The acquire script's flags argument, by (fair, claim).
 _FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
@@ -65,6 +72,10 @@ class RedisBackend(BaseLockBackend):
         "fencing_ttl",
         "socket_timeout",
         "socket_connect_timeout",
+        "sentinels",
+        "service_name",
+        "wait_replicas",
+        "wait_replicas_timeout",
     }
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
@@ -78,9 +89,20 @@ class RedisBackend(BaseLockBackend):
         fencing_ttl: float = 86400.0,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
+        sentinels: Sequence[SentinelAddress] | None = None,
+        service_name: str | None = None,
+        wait_replicas: int = 0,
+        wait_replicas_timeout: float = 1.0,
         **connection_options: Any,
     ) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl)
+        for problem in self.option_problems(
+            {"sentinels": sentinels, "service_name": service_name, "wait_replicas": wait_replicas}
+        ):
+            raise InvalidLockBackendError(problem)
+        self.sentinels, self.service_name = sentinels, service_name
+        self.wait_replicas = wait_replicas
+        self.wait_replicas_timeout = option_seconds("wait_replicas_timeout", wait_replicas_timeout)
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
         if scheme not in self.url_schemes:
             shown = redact_url(str(url))
@@ -90,7 +112,7 @@ class RedisBackend(BaseLockBackend):
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
         self._fencing_arg = str(_ms(self.fencing_ttl)).encode()  # encoded once, sent often
-        self._renew_loaded = False
+        self._loaded: set[str] = set()
         timeout = option_seconds("socket_timeout", socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
@@ -109,7 +131,9 @@ class RedisBackend(BaseLockBackend):
         }
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
-            self.client: redis.Redis = redis.Redis.from_url(url, **timeouts, **connection_options)
+            self.client: redis.Redis = sync_client(
+                url, sentinels, service_name, {**timeouts, **connection_options}
+            )
         except ValueError as exc:
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be parsed: {exc}"
@@ -121,11 +145,25 @@ class RedisBackend(BaseLockBackend):
             for name in SCRIPT_NAMES
         }
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        problems = sentinel_problems(options.get("sentinels"), options.get("service_name"))
+        replicas = options.get("wait_replicas", 0)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            problems.append(
+                f"wait_replicas must be a whole number of replicas (0: do not wait), got "
+                f"{replicas!r}."
+            )
+        return problems
+
     def _new_async_client(self) -> redis.asyncio.Redis:
-        return redis.asyncio.Redis.from_url(self.url, **self._async_options)
+        return async_client(self.url, self.sentinels, self.service_name, self._async_options)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} url={redact_url(self.url)!r} prefix={self.key_prefix!r}>"
+        where = (
+            f"service={self.service_name!r}" if self.sentinels else f"url={redact_url(self.url)!r}"
+        )
+        return f"<{type(self).__name__} {where} prefix={self.key_prefix!r}>"
 
     # Keys ------------------------------------------------------------------------------------
 
@@ -225,6 +263,10 @@ class RedisBackend(BaseLockBackend):
         args = self._acquire_args(
             owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
         )
+        if self.wait_replicas:
+            sha = self._scripts["acquire"][0]
+            reply, acks = self._replicated(name, "EVALSHA", sha, 1, self.key(name), *args)
+            return self._durable(name, owner, _acquired(reply), acks)
         return _acquired(self._run("acquire", name, args))
 
     def release(self, name: str, owner: str) -> int | None:
@@ -242,12 +284,57 @@ class RedisBackend(BaseLockBackend):
         seconds = min(timeout, self.max_wait)
         if seconds < 0.001:
             return None
+        key = self.key(name, f"s:{owner}")
+        if self.wait_replicas:
+            reply, acks = self._replicated(name, "BLPOP", key, f"{seconds:.3f}")
+            grant = _granted(reply)
+            return grant if grant is None else self._durable(name, owner, grant, acks)
         command: Callable[..., Any] = self.client.execute_command
         try:
-            reply = command("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
+            reply = command("BLPOP", key, f"{seconds:.3f}")
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
         return _granted(reply)
+
+    # wait_replicas: each acquire, then WAIT, on one connection -----------------------------
+
+    def _replicated(self, name: str, *command: Any) -> tuple[Any, int]:
+        # In one pipeline, so WAIT runs on the connection that wrote the lock.
+        self._load("acquire")
+        pipe = self.client.pipeline(transaction=False)
+        queue: Callable[..., Any] = pipe.execute_command
+        queue(*command)
+        queue("WAIT", self.wait_replicas, _ms(self.wait_replicas_timeout))
+        try:
+            reply, acks = pipe.execute()
+        except redis.RedisError as exc:
+            if isinstance(exc, NoScriptError):
+                self._loaded.discard("acquire")  # the server lost its scripts (a restart)
+            raise self._unavailable(exc, name) from exc
+        return reply, int(acks)
+
+    def _durable(self, name: str, owner: str, result: _Won, acks: int) -> _Won:
+        """Return ``result`` if enough replicas have it; else undo the acquire and raise."""
+        if acks >= self.wait_replicas or not getattr(result, "acquired", True):
+            return result
+        holds = result.holds if isinstance(result, AcquireResult) else 1
+        self.withdraw(name, owner, holds - 1)
+        raise self._not_replicated(name, acks)
+
+    def _not_replicated(self, name: str, acks: int) -> BackendUnavailableError:
+        return BackendUnavailableError(
+            f"Lock {name!r} was acquired, but only {acks} of the {self.wait_replicas} replicas "
+            f"required (wait_replicas) acknowledged it within {self.wait_replicas_timeout}s: "
+            "the acquire was undone.",
+            lock_name=name,
+        )
+
+    def _load(self, script: str) -> None:
+        # Pipelines need their scripts loaded first: NOSCRIPT would fail the whole pipeline.
+        if script not in self._loaded:
+            with self._errors(None):
+                self.client.script_load(self._scripts[script][1])
+            self._loaded.add(script)
 
     def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
         return int(self._run("withdraw", name, [owner, holds, self._fencing_arg]))
@@ -266,6 +353,17 @@ class RedisBackend(BaseLockBackend):
         wait: float = 0.0,
         claim: bool = False,
     ) -> AcquireResult:
+        if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
+            return await super().aacquire(
+                name,
+                owner,
+                ttl=ttl,
+                limit=limit,
+                metadata=metadata,
+                fair=fair,
+                wait=wait,
+                claim=claim,
+            )
         args = self._acquire_args(
             owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
         )
@@ -287,6 +385,8 @@ class RedisBackend(BaseLockBackend):
         seconds = min(timeout, self.max_wait)
         if seconds < 0.001:
             return None
+        if self.wait_replicas:
+            return await super().await_grant(name, owner, timeout)
         command: Callable[..., Any] = (await self._async_clients.get()).execute_command
         try:
             reply = await command("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
@@ -305,12 +405,7 @@ class RedisBackend(BaseLockBackend):
         if not leases:
             return []
         sha, text = self._scripts["extend"]
-        if not self._renew_loaded:
-            # Loaded before the first pipeline: a pipeline of scripts the server does not know
-            # would fail whole, and be sent again.
-            with self._errors(None):
-                self.client.script_load(text)
-            self._renew_loaded = True
+        self._load("extend")
         for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
             queue: Callable[..., Any] = pipe.execute_command
