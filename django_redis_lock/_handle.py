@@ -250,13 +250,16 @@ class LockHandle:
         if hold is not None and hold.fencing_token == fencing_token:
             hold.count += 1
             return  # a reentrant acquire: announced once, with the first
+        if hold is not None and hold.lease is not None:
+            renewer.remove(hold.lease)  # a hold this one replaces (it was lost) renews no more
         hold = self._holds[owner] = self._new_hold(owner, fencing_token, now)
         self._lost.discard(owner)
         # Renewed leases are registered with the renewal thread. So is a lease handed over
         # short (see the backend) to a holder that does not renew: the thread tops it up to
         # the full lease once, at once, so this acquire returns without a second round trip.
         lease = backend.default_ttl if self._ttl is None else self._ttl
-        if renew or granted + 0.001 < lease:
+        # (A lease a little short of the full one, as a Redlock quorum grants, is left alone.)
+        if renew or granted < lease * 0.9:
             hold.lease = Lease(
                 backend=backend,
                 name=self.name,

@@ -100,7 +100,9 @@ def alias_problems(alias: object, config: Any) -> list[Problem]:
                 "django_redis_lock.E004",
                 f"{where}['BACKEND'] {path!r} could not be imported: {exc}.",
                 "Check the dotted path; the built-in backends are django_redis_lock.backends."
-                "redis.RedisBackend and django_redis_lock.backends.locmem.LocMemBackend.",
+                "redis.RedisBackend, django_redis_lock.backends.cluster.RedisClusterBackend, "
+                "django_redis_lock.backends.redlock.RedlockBackend and "
+                "django_redis_lock.backends.locmem.LocMemBackend.",
             )
         ]
     if not (isinstance(backend, type) and issubclass(backend, BaseLockBackend)):
@@ -144,7 +146,10 @@ def option_problems(
             )
         )
     schemes: frozenset[str] = getattr(backend, "url_schemes", frozenset())
-    urls = [options["url"]] if "url" in options else list(options.get("urls", []))
+    listed = options.get("urls", [])
+    urls = ([options["url"]] if "url" in options else []) + (
+        list(listed) if isinstance(listed, (list, tuple)) else []
+    )
     for url in urls if schemes else []:
         scheme = urlsplit(url).scheme if isinstance(url, str) else None
         if scheme not in schemes:
@@ -169,7 +174,8 @@ def option_problems(
                 )
             )
     tls = sorted(name for name in options if name.startswith("ssl_"))
-    if tls and "url" in options and urlsplit(str(options["url"])).scheme != "rediss":
+    plain = [url for url in urls if isinstance(url, str) and urlsplit(url).scheme != "rediss"]
+    if tls and plain:
         found.append(
             Problem(
                 "django_redis_lock.E012",

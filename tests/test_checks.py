@@ -33,7 +33,9 @@ HINT_E002 = "Add a 'default' entry: lock() uses it when no alias is given."
 HINT_E003 = 'Use {"BACKEND": "django_redis_lock.backends.redis.RedisBackend"}.'
 HINT_E004 = (
     "Check the dotted path; the built-in backends are "
-    "django_redis_lock.backends.redis.RedisBackend and "
+    "django_redis_lock.backends.redis.RedisBackend, "
+    "django_redis_lock.backends.cluster.RedisClusterBackend, "
+    "django_redis_lock.backends.redlock.RedlockBackend and "
     "django_redis_lock.backends.locmem.LocMemBackend."
 )
 HINT_E005 = "A backend must subclass django_redis_lock.backends.base.BaseLockBackend."

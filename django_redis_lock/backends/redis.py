@@ -131,9 +131,7 @@ class RedisBackend(BaseLockBackend):
         }
         connection_options.setdefault("retry", Retry(NoBackoff(), 0))
         try:
-            self.client: redis.Redis = sync_client(
-                url, sentinels, service_name, {**timeouts, **connection_options}
-            )
+            self.client: redis.Redis = self._connect(url, {**timeouts, **connection_options})
         except ValueError as exc:
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be parsed: {exc}"
@@ -155,6 +153,10 @@ class RedisBackend(BaseLockBackend):
                 f"{replicas!r}."
             )
         return problems
+
+    def _connect(self, url: str, options: dict[str, Any]) -> Any:
+        """Return the blocking client: of ``url``, or of the primary that Sentinel names."""
+        return sync_client(url, self.sentinels, self.service_name, options)
 
     def _new_async_client(self) -> redis.asyncio.Redis:
         return async_client(self.url, self.sentinels, self.service_name, self._async_options)
@@ -480,9 +482,12 @@ class RedisBackend(BaseLockBackend):
             pipe.hgetall(self.key(name, "d"))
         replies = pipe.execute()
         seconds, micros = replies[0]
-        now_ms = seconds * 1000 + micros // 1000
+        yield from self._infos(names, replies[1:], seconds * 1000 + micros // 1000)
+
+    def _infos(self, names: list[str], replies: list[Any], now_ms: int) -> Iterator[LockInfo]:
+        # Each name's two replies, ZRANGE of its holders and HGETALL of its data, in turn.
         for index, name in enumerate(names):
-            holders, data = replies[1 + 2 * index], replies[2 + 2 * index]
+            holders, data = replies[2 * index], replies[2 * index + 1]
             for owner_bytes, ends in holders:
                 if ends <= now_ms:
                     continue

@@ -1,0 +1,177 @@
+"""Locks on Redis Cluster: the scripts and keys of :class:`~.redis.RedisBackend`, sharded.
+
+Every key of one lock carries the hash tag ``{=name}``, so a lock lives in one slot, on one
+primary, and each of its scripts runs there as on a single Redis. Locks of different names
+spread over the primaries. Listing and force-release reach every primary; renewal sends one
+pipeline per primary that holds renewed locks.
+
+``wait_replicas`` and ``sentinels`` are not available here: a cluster fails over by itself,
+and ``WAIT`` would need the connection of each write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+import redis
+import redis.asyncio.cluster
+import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
+from ._redis_options import sentinel_address
+from .base import LockInfo
+from .redis import RedisBackend, _ms
+
+__all__ = ["RedisClusterBackend"]
+
+
+class RedisClusterBackend(RedisBackend):
+    """Locks stored on a Redis Cluster.
+
+    OPTIONS: ``url`` of any node (``redis://`` or ``rediss://``), or ``startup_nodes``
+    (``"host:port"`` strings); then every option of :class:`~.redis.RedisBackend` except
+    ``sentinels``, ``service_name`` and ``wait_replicas``.
+    """
+
+    options: ClassVar[frozenset[str]] = (
+        RedisBackend.options - {"sentinels", "service_name", "wait_replicas"}
+    ) | {"startup_nodes"}
+    url_schemes: ClassVar[frozenset[str]] = frozenset({"redis", "rediss"})
+
+    def __init__(
+        self,
+        *,
+        url: str = "redis://127.0.0.1:7000/0",
+        startup_nodes: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        self.startup_nodes = list(startup_nodes or [])
+        super().__init__(url=url, **options)
+
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+        problems = super().option_problems(options)
+        nodes = options.get("startup_nodes")
+        if nodes is not None and (
+            not isinstance(nodes, (list, tuple))
+            or not nodes
+            or any(not isinstance(n, str) or sentinel_address(n) is None for n in nodes)
+        ):
+            problems.append(
+                f'startup_nodes must be a non-empty list of "host:port" strings, got {nodes!r}.'
+            )
+        return problems
+
+    def _connect(self, url: str, options: dict[str, Any]) -> Any:
+        # Redirections (MOVED, ASK) are followed; a command is never re-sent after an error.
+        options = {**options, "retry": Retry(NoBackoff(), 0)}
+        try:
+            if self.startup_nodes:
+                node: Any = redis.cluster.ClusterNode  # untyped in redis-py
+                nodes = [
+                    node(*address)
+                    for address in map(sentinel_address, self.startup_nodes)
+                    if address is not None
+                ]
+                return redis.cluster.RedisCluster(startup_nodes=nodes, **options)
+            return redis.cluster.RedisCluster.from_url(url, **options)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, None) from exc
+        except (TypeError, ValueError) as exc:
+            raise InvalidLockBackendError(
+                f"Redis Cluster options could not be used: {exc}"
+            ) from None
+
+    def _new_async_client(self) -> Any:
+        options = {**self._async_options, "retry": AsyncRetry(NoBackoff(), 0)}
+        if self.startup_nodes:
+            nodes = [
+                redis.asyncio.cluster.ClusterNode(*address)
+                for address in map(sentinel_address, self.startup_nodes)
+                if address is not None
+            ]
+            return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
+        return redis.asyncio.cluster.RedisCluster.from_url(self.url, **options)
+
+    def ping(self) -> None:
+        with self._errors(None):
+            self.client.ping(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # Renewal: one pipeline per primary ---------------------------------------------------------
+
+    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+        if not leases:
+            return []
+        sha = self._scripts["extend"][0]
+        self._load("extend")
+        pipe = self.client.pipeline()
+        queue: Callable[..., Any] = pipe.execute_command
+        for name, owner, ttl in leases:
+            queue("EVALSHA", sha, 1, self.key(name), owner, _ms(ttl), "1")
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, None) from exc
+        for reply in replies:
+            if isinstance(reply, NoScriptError):
+                self._loaded.discard("extend")  # a primary lost its scripts: load them again
+            if isinstance(reply, redis.RedisError):
+                raise self._unavailable(reply, None) from reply
+        return [None if int(reply) < 0 else int(reply) / 1000 for reply in replies]
+
+    # Listing: every primary ------------------------------------------------------------------
+
+    def scan_page(
+        self, pattern: str = "*", cursor: str | None = None, count: int = 50
+    ) -> tuple[str | None, list[LockInfo]]:
+        # The cursor names the primary being scanned and Redis's own cursor on it.
+        cluster: Any = self.client
+        primaries = sorted(node.name for node in cluster.get_primaries())
+        index, position = _cluster_cursor(cursor, len(primaries))
+        keys: list[bytes] = []
+        with self._errors(None):
+            while index < len(primaries) and len(keys) < count:
+                node = cluster.get_node(node_name=primaries[index])
+                position, found = node.redis_connection.scan(
+                    position, match=self._match(pattern), count=max(count, 100), _type="zset"
+                )
+                keys.extend(k if isinstance(k, bytes) else k.encode() for k in found)
+                if position == 0:
+                    index += 1
+            infos = list(self._read_batch(keys)) if keys else []
+        after = None if index >= len(primaries) else json.dumps([index, position])
+        return after, infos
+
+    def _read_batch(self, keys: list[bytes]) -> Iterator[LockInfo]:
+        seconds, micros = self.client.time()  # one node's clock: the listing's "now"
+        now_ms = seconds * 1000 + micros // 1000
+        pipe = self.client.pipeline()
+        names = [self._name_from_key(key) for key in keys]
+        for key, name in zip(keys, names, strict=False):
+            pipe.zrange(key, 0, -1, withscores=True)
+            pipe.hgetall(self.key(name, "d"))
+        replies = pipe.execute()
+        yield from self._infos(names, replies, now_ms)
+
+
+def _cluster_cursor(cursor: str | None, primaries: int) -> tuple[int, int]:
+    if cursor is None:
+        return 0, 0
+    try:
+        index, position = json.loads(cursor)
+        if not (isinstance(index, int) and isinstance(position, int) and 0 <= index < primaries):
+            raise ValueError(cursor)
+    except (ValueError, TypeError):
+        raise InvalidLockArgumentError(
+            f"cursor must be None or a cursor returned by scan_page(), got {cursor!r}."
+        ) from None
+    return index, position
