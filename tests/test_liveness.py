@@ -457,3 +457,16 @@ def test_handoff__a_short_handed_over_lease_is_topped_up_to_the_full_lease(
     [info] = backend.lock_info("live:top-up")
     eventually(lambda: backend.ttl("live:top-up", info.owner) > 25)
     backend.force_release("live:top-up")
+
+
+def test_renewal__a_hold_replacing_a_lost_one_stops_the_old_renewal(
+    using: str, backend: BaseLockBackend
+) -> None:
+    before = len(renewer)
+    handle = lock("live:replaced", ttl=30, auto_renew=True, using=using)
+    assert handle.acquire()
+    backend.force_release("live:replaced")  # lost, while the handle still records the hold
+    assert handle.acquire()  # a new hold, with a new fencing token, under the same owner
+    assert len(renewer) == before + 1, "the lost hold's lease is still being renewed"
+    handle.release()
+    assert len(renewer) == before
