@@ -181,3 +181,21 @@ def test_redact_url__hides_passwords(url: str, shown: str) -> None:
     shown_by_repr = repr(RedisBackend(url=url))
     assert shown in shown_by_repr
     assert ":pw@" not in shown_by_repr
+
+
+@pytest.mark.slow  # redis-py asks each unreachable sentinel in turn
+def test_sentinel__errors_name_the_service_not_the_url_host() -> None:
+    backend = RedisBackend(
+        url="redis://:secret@nohost.invalid:1/0",
+        sentinels=["127.0.0.1:1"],
+        service_name="orders",
+        socket_timeout=0.2,
+        socket_connect_timeout=0.2,
+    )
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.ping()
+    message = str(caught.value)
+    assert message.startswith("The Redis primary 'orders' (found by Sentinel) is unavailable: ")
+    assert "nohost" not in message
+    assert "secret" not in message
+    backend.close()

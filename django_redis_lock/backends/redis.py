@@ -203,9 +203,10 @@ class RedisBackend(BaseLockBackend):
             # A server that answers but refuses (read-only replica, ACL, bad database index)
             # cannot serve locks either; the cause is kept in the message and the chain.
             problem = "refused the command"
-        return BackendUnavailableError(
-            f"Redis at {redact_url(self.url)} {problem}: {exc}", lock_name=name
-        )
+        where = f"Redis at {redact_url(self.url)}"
+        if self.sentinels:
+            where = f"The Redis primary {self.service_name!r} (found by Sentinel)"
+        return BackendUnavailableError(f"{where} {problem}: {exc}", lock_name=name)
 
     def _run(self, script: str, name: str, args: list[Any]) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
@@ -436,6 +437,8 @@ class RedisBackend(BaseLockBackend):
 
     def close(self) -> None:
         self.client.connection_pool.disconnect()
+        for sentinel in _sentinels_of(self.client):
+            sentinel.connection_pool.disconnect()
 
     # Listing ---------------------------------------------------------------------------------
 
@@ -527,6 +530,13 @@ def _granted(reply: list[bytes] | None) -> Grant | None:
 
 async def _close_async_client(client: redis.asyncio.Redis) -> None:
     await client.aclose()
+    for sentinel in _sentinels_of(client):  # a Sentinel's own connections, to the sentinels
+        await sentinel.aclose()
+
+
+def _sentinels_of(client: Any) -> list[Any]:
+    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    return list(manager.sentinels) if manager is not None else []
 
 
 def _info(name: str, owner: str, ttl_ms: float, data: dict[bytes, bytes], now_ms: int) -> LockInfo:
