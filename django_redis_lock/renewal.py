@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .backends.base import BaseLockBackend
@@ -159,17 +159,22 @@ class Renewer:
         return True
 
     def _renewed(
-        self, leases: list[Lease], remaining: list[float | None], sent: float
+        self, leases: list[Lease], remaining: Sequence[float | LockError | None], sent: float
     ) -> list[tuple[Lease, str]]:
         lost = []
+        unknown: dict[LockError, list[Lease]] = {}
         for lease, left in zip(leases, remaining, strict=True):
-            if left is None:
+            if isinstance(left, LockError):
+                unknown.setdefault(left, []).append(lease)  # retried, as a failed batch is
+            elif left is None:
                 lost.append((lease, "its lease ended, or another owner took the lock"))
             elif lease.once:
                 self.remove(lease)
             else:
                 lease.ends = sent + left
                 lease.due = sent + lease.ttl / 3
+        for exc, failed in unknown.items():
+            lost += self._failed(failed, exc)
         return lost
 
     def _failed(self, leases: list[Lease], exc: LockError) -> list[tuple[Lease, str]]:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 from asgiref.sync import sync_to_async
 
 from .._validation import validate_ttl
-from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
+from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 
 __all__ = [
     "AcquireResult",
@@ -214,12 +214,16 @@ class BaseLockBackend:
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a withdraw() method")
 
-    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+    def renew(
+        self, leases: Sequence[tuple[str, str, float]]
+    ) -> Sequence[float | LockError | None]:
         """Set each ``(name, owner, ttl)`` lease to ``ttl`` seconds from now, all at once.
 
         Return, in order, each lease's new remaining seconds, or None where the owner no
         longer holds the lock (an ended lease is never revived). Backends should make this
-        one round trip, however many leases are given.
+        one round trip, however many leases are given. A backend that could not ask about
+        some leases (one server of several is down) returns the error in their place, and
+        they are tried again; raising fails the whole batch the same way.
         """
         return [self.extend(name, owner, ttl, replace=True) for name, owner, ttl in leases]
 

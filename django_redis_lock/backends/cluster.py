@@ -12,7 +12,7 @@ and ``WAIT`` would need the connection of each write.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import redis
@@ -23,8 +23,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
-from ._redis_options import sentinel_address
+from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ._redis_options import redact_url, sentinel_address
 from .base import LockInfo
 from .redis import RedisBackend, _ms
 
@@ -106,27 +106,62 @@ class RedisClusterBackend(RedisBackend):
     def close(self) -> None:
         self.client.close()
 
+    @property
+    def location(self) -> str:
+        return "Redis Cluster " + ", ".join(self.startup_nodes or [redact_url(self.url)])
+
+    def _subject(self) -> str:
+        return f"The {self.location}"
+
+    def _by_primary(self, keys: Sequence[str | bytes]) -> dict[str, tuple[Any, list[int]]]:
+        # The primary of each key's slot, from the client's slot table: no round trip.
+        cluster: Any = self.client
+        found: dict[str, tuple[Any, list[int]]] = {}
+        for index, key in enumerate(keys):
+            node = cluster.get_node_from_key(key)
+            found.setdefault(node.name, (node, []))[1].append(index)
+        return found
+
     # Renewal: one pipeline per primary ---------------------------------------------------------
 
-    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
-        if not leases:
-            return []
-        sha = self._scripts["extend"][0]
-        self._load("extend")
-        pipe = self.client.pipeline()
-        queue: Callable[..., Any] = pipe.execute_command
-        for name, owner, ttl in leases:
-            queue("EVALSHA", sha, 1, self.key(name), owner, _ms(ttl), "1")
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, None) from exc
+    def renew(
+        self, leases: Sequence[tuple[str, str, float]]
+    ) -> Sequence[float | LockError | None]:
+        # A primary that fails makes only its own leases unknown (retried); the others renew.
+        sha, text = self._scripts["extend"]
+        results: list[float | LockError | None] = [None] * len(leases)
+        keys = [self.key(name) for name, _, _ in leases]
+        for node, indexes in self._by_primary(keys).values():
+            client = node.redis_connection
+            try:
+                replies = self._renew_on(
+                    client, sha, text, [(keys[i], leases[i]) for i in indexes]
+                )
+            except redis.RedisError as exc:
+                error = self._unavailable(exc, None)
+                for index in indexes:
+                    results[index] = error
+                continue
+            for index, reply in zip(indexes, replies, strict=True):
+                results[index] = None if int(reply) < 0 else int(reply) / 1000
+        return results
+
+    def _renew_on(
+        self, client: Any, sha: str, text: str, batch: list[tuple[str, tuple[str, str, float]]]
+    ) -> list[Any]:
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            for key, (_, owner, ttl) in batch:
+                pipe.execute_command("EVALSHA", sha, 1, key, owner, _ms(ttl), "1")
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                client.script_load(text)  # this primary lost its scripts (a restart)
+                continue
+            break
         for reply in replies:
-            if isinstance(reply, NoScriptError):
-                self._loaded.discard("extend")  # a primary lost its scripts: load them again
             if isinstance(reply, redis.RedisError):
-                raise self._unavailable(reply, None) from reply
-        return [None if int(reply) < 0 else int(reply) / 1000 for reply in replies]
+                raise reply
+        return replies
 
     # Listing: every primary ------------------------------------------------------------------
 
@@ -151,16 +186,10 @@ class RedisClusterBackend(RedisBackend):
         after = None if index >= len(primaries) else json.dumps([index, position])
         return after, infos
 
-    def _read_batch(self, keys: list[bytes]) -> Iterator[LockInfo]:
-        seconds, micros = self.client.time()  # one node's clock: the listing's "now"
-        now_ms = seconds * 1000 + micros // 1000
-        pipe = self.client.pipeline()
-        names = [self._name_from_key(key) for key in keys]
-        for key, name in zip(keys, names, strict=False):
-            pipe.zrange(key, 0, -1, withscores=True)
-            pipe.hgetall(self.key(name, "d"))
-        replies = pipe.execute()
-        yield from self._infos(names, replies, now_ms)
+    def _read_batch(self, keys: list[bytes], client: Any = None) -> Iterator[LockInfo]:
+        # Per primary, on that primary's own clock.
+        for node, indexes in self._by_primary(keys).values():
+            yield from super()._read_batch([keys[i] for i in indexes], node.redis_connection)
 
 
 def _cluster_cursor(cursor: str | None, primaries: int) -> tuple[int, int]:
@@ -168,7 +197,8 @@ def _cluster_cursor(cursor: str | None, primaries: int) -> tuple[int, int]:
         return 0, 0
     try:
         index, position = json.loads(cursor)
-        if not (isinstance(index, int) and isinstance(position, int) and 0 <= index < primaries):
+        numbers = all(isinstance(n, int) and not isinstance(n, bool) for n in (index, position))
+        if not (numbers and 0 <= index < primaries and position >= 0):
             raise ValueError(cursor)
     except (ValueError, TypeError):
         raise InvalidLockArgumentError(

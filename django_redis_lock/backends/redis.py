@@ -20,7 +20,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from ..exceptions import BackendUnavailableError, InvalidLockBackendError
+from ..exceptions import BackendUnavailableError, InvalidLockBackendError, LockError
 from ._loops import PerLoop
 from ._redis_options import (
     ASYNC_CONNECTION_OPTIONS,
@@ -161,10 +161,21 @@ class RedisBackend(BaseLockBackend):
     def _new_async_client(self) -> redis.asyncio.Redis:
         return async_client(self.url, self.sentinels, self.service_name, self._async_options)
 
+    @property
+    def location(self) -> str:
+        """Return where the locks are: the URL (password redacted), or the Sentinel service."""
+        if self.sentinels:
+            return f"Sentinel service {self.service_name!r}"
+        return redact_url(self.url)
+
+    def _subject(self) -> str:
+        # What an error message says is unavailable.
+        if self.sentinels:
+            return f"The Redis primary {self.service_name!r} (found by Sentinel)"
+        return f"Redis at {self.location}"
+
     def __repr__(self) -> str:
-        where = (
-            f"service={self.service_name!r}" if self.sentinels else f"url={redact_url(self.url)!r}"
-        )
+        where = f"service={self.service_name!r}" if self.sentinels else f"url={self.location!r}"
         return f"<{type(self).__name__} {where} prefix={self.key_prefix!r}>"
 
     # Keys ------------------------------------------------------------------------------------
@@ -203,10 +214,7 @@ class RedisBackend(BaseLockBackend):
             # A server that answers but refuses (read-only replica, ACL, bad database index)
             # cannot serve locks either; the cause is kept in the message and the chain.
             problem = "refused the command"
-        where = f"Redis at {redact_url(self.url)}"
-        if self.sentinels:
-            where = f"The Redis primary {self.service_name!r} (found by Sentinel)"
-        return BackendUnavailableError(f"{where} {problem}: {exc}", lock_name=name)
+        return BackendUnavailableError(f"{self._subject()} {problem}: {exc}", lock_name=name)
 
     def _run(self, script: str, name: str, args: list[Any]) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
@@ -403,7 +411,9 @@ class RedisBackend(BaseLockBackend):
     async def aclose(self) -> None:
         await self._async_clients.aclose()
 
-    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+    def renew(
+        self, leases: Sequence[tuple[str, str, float]]
+    ) -> Sequence[float | LockError | None]:
         # Every lease in one pipeline: one round trip, however many locks are held.
         if not leases:
             return []
@@ -476,8 +486,8 @@ class RedisBackend(BaseLockBackend):
             infos = list(self._read_batch(keys)) if keys else []
         return (None if position == 0 else str(position)), infos
 
-    def _read_batch(self, keys: list[bytes]) -> Iterator[LockInfo]:
-        pipe = self.client.pipeline(transaction=False)
+    def _read_batch(self, keys: list[bytes], client: Any = None) -> Iterator[LockInfo]:
+        pipe = (client or self.client).pipeline(transaction=False)
         pipe.time()
         names = [self._name_from_key(key) for key in keys]
         for key, name in zip(keys, names, strict=False):
@@ -535,7 +545,7 @@ async def _close_async_client(client: redis.asyncio.Redis) -> None:
 
 
 def _sentinels_of(client: Any) -> list[Any]:
-    manager = getattr(client.connection_pool, "sentinel_manager", None)
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     return list(manager.sentinels) if manager is not None else []
 
 

@@ -84,7 +84,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, ClassVar, TypeVar
 
-from ..exceptions import BackendUnavailableError, InvalidLockArgumentError, InvalidLockBackendError
+from ..exceptions import (
+    BackendUnavailableError,
+    InvalidLockArgumentError,
+    InvalidLockBackendError,
+    LockError,
+)
 from ._redis_options import CONNECTION_OPTIONS, URL_SCHEMES, redact_url
 from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, option_seconds
 from .redis import RedisBackend
@@ -100,12 +105,17 @@ _FIRST_RETRY, _LAST_RETRY = 0.003, 0.05
 _MEMORY = 65536
 
 
+def _answer(left: float | LockError | None) -> float | _Failed | None:
+    # One master's renewal answer, an error it could not give counted as a failed master.
+    return _Failed(left) if isinstance(left, LockError) else left
+
+
 class _Failed:
     """A master that did not answer: the error it raised."""
 
     __slots__ = ("error",)
 
-    def __init__(self, error: BackendUnavailableError) -> None:
+    def __init__(self, error: LockError) -> None:
         self.error = error
 
 
@@ -479,7 +489,9 @@ class RedlockBackend(BaseLockBackend):
             self._forget(name, owner)
         return left
 
-    def renew(self, leases: Sequence[tuple[str, str, float]]) -> list[float | None]:
+    def renew(
+        self, leases: Sequence[tuple[str, str, float]]
+    ) -> Sequence[float | LockError | None]:
         if not leases:
             return []
         started = time.monotonic()
@@ -488,7 +500,7 @@ class RedlockBackend(BaseLockBackend):
         renewed: list[float | None] = []
         for position in range(len(leases)):
             column: list[float | _Failed | None] = [
-                o if isinstance(o, _Failed) else o[position] for o in outcomes
+                o if isinstance(o, _Failed) else _answer(o[position]) for o in outcomes
             ]
             renewed.append(self._lease_left(self._majority(column, None), elapsed))
         return renewed

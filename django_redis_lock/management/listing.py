@@ -274,6 +274,9 @@ def plural(count: int, noun: str) -> str:
 
 def location(backend: BaseLockBackend) -> str:
     """Return the backend's class and server, any password in its URL redacted."""
+    place = getattr(backend, "location", None)
+    if isinstance(place, str):
+        return f"{type(backend).__name__} at {place}"
     url = getattr(backend, "url", None)
     where = f" at {redact_url(url)}" if isinstance(url, str) else ""
     return f"{type(backend).__name__}{where}"
