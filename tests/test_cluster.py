@@ -714,3 +714,19 @@ def test_degraded__errors_name_the_configured_nodes(degraded: Degraded) -> None:
     error = within(1.0, degraded.backend.ping)
     assert "7000" not in str(error)
     assert "7000" not in repr(degraded.backend)
+
+
+@pytest.mark.django_db
+def test_admin__lists_the_locks_of_every_primary(
+    backend: RedisClusterBackend, held: dict[str, Any]
+) -> None:
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from .test_admin import LIST_URL, follow_pages
+
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "admin@example.com", "pw"))
+    pages = follow_pages(client, LIST_URL, {"alias": "cluster"})
+    seen = [name for page in pages for alias, name in page if alias == "cluster"]
+    assert sorted(seen) == sorted(held)  # every lock of the three primaries, once
