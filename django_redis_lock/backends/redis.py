@@ -1,4 +1,4 @@
-"""Locks on one Redis server (standalone, or the primary a URL points at).
+"""Locks on one Redis server: standalone, the primary a URL points at, or the one Sentinel names.
 
 Every primitive is one Lua script run with ``EVALSHA`` (loaded again on ``NOSCRIPT``), so each
 is atomic and costs one round trip. See ``lua/`` for the key layout.
