@@ -22,10 +22,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
+from ._validation import validate_timeout, validate_ttl
 from .aio import AsyncLock
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
-from .exceptions import LockNotAcquiredError
+from .exceptions import InvalidLockArgumentError, LockNotAcquiredError
 from .handler import locks
 from .lock import Lock
 from .view_keys import Key, request_key, validate_key
@@ -61,6 +62,13 @@ class ViewLock:
     def __post_init__(self) -> None:
         validate_key(self.key, where=self.where)
         validate_status(self.status, where=self.where)
+        if self.ttl is not None:
+            validate_ttl(self.ttl)  # a bad lease or timeout fails when the view is defined
+        if self.timeout is None or validate_timeout(self.timeout) is None:
+            raise InvalidLockArgumentError(
+                f"{self.where}: timeout must be a number of seconds >= 0 (0: do not wait), got "
+                f"{self.timeout!r}."
+            )
         if isinstance(self.methods, str) or not all(isinstance(m, str) for m in self.methods):
             raise ImproperlyConfigured(
                 f"{self.where}: methods must be a list of HTTP method names such as "

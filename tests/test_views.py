@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.test import AsyncClient, AsyncRequestFactory, Client, RequestFactory, override_settings
 from django.views import View
 
-from django_redis_lock import lock, locks
+from django_redis_lock import InvalidLockArgumentError, lock, locks
 from django_redis_lock.backends.base import LockInfo
 from django_redis_lock.checks import check_trusted_proxies
 from django_redis_lock.decorators import lock_view
@@ -1125,3 +1125,23 @@ def test_lock_view__wraps_callable_objects_named_by_their_type() -> None:
 
     view = lock_view("path")(Charge())
     assert view(rf.post("/charge/")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ttl": 0}, "ttl must be a finite number of seconds of at least 0.001, got 0."),
+        ({"ttl": "30"}, "ttl must be a number of seconds, not str: '30'."),
+        ({"timeout": -1}, "timeout must be None or a finite number of seconds >= 0, got -1."),
+        (
+            {"timeout": None},
+            "timeout must be a number of seconds >= 0 (0: do not wait), got None.",
+        ),
+    ],
+)
+def test_lock_view__bad_ttl_or_timeout_fails_when_the_view_is_defined(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        lock_view("path", **options)(lambda request: HttpResponse("ok"))
+    assert message in str(caught.value)
