@@ -160,7 +160,9 @@ class LockHandle:
 
     # The acquire loop --------------------------------------------------------------------------
 
-    def _acquire_arguments(self, blocking: bool | None, timeout: float | None) -> tuple[bool, Any]:
+    def _acquire_arguments(
+        self, blocking: bool | None, timeout: float | None
+    ) -> tuple[bool, float | None]:
         """Return the (blocking, timeout) that an ``acquire(blocking, timeout)`` call means."""
         if blocking is None:
             blocking = self.blocking

@@ -63,6 +63,15 @@ def test_scripts__reloaded_after_script_flush(raw_redis: redis_py.Redis) -> None
         assert handle.owned()
 
 
+def test_renew__reloads_its_script_after_script_flush(raw_redis: redis_py.Redis) -> None:
+    backend = locks["default"]
+    with lock("renew-after-flush", ttl=5) as handle:
+        owner = handle._owner_token()
+        assert backend.renew([("renew-after-flush", owner, 20)]) == [20.0]
+        raw_redis.script_flush()  # as a restarted server would have no scripts
+        assert backend.renew([("renew-after-flush", owner, 30)]) == [30.0]
+
+
 def test_fencing_token__keeps_growing_after_the_counter_expired(
     raw_redis: redis_py.Redis, prefix: str
 ) -> None:

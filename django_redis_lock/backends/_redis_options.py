@@ -132,18 +132,9 @@ def sync_client(
     options: dict[str, Any],
 ) -> redis.Redis:
     """Return the blocking client: of ``url``, or of the primary that Sentinel names."""
-    if not sentinels:
-        return redis.Redis.from_url(url, **options)
-    addresses = [sentinel_address(one) for one in sentinels]
-    # redis-py's Sentinel is untyped: reached through an Any-typed name.
-    sentinel_class: Any = redis.sentinel.Sentinel
-    sentinel = sentinel_class(
-        [a for a in addresses if a is not None],
-        sentinel_kwargs=_sentinel_kwargs(options),
-        **options,
+    client: redis.Redis = _client(
+        (redis.Redis, redis.sentinel.Sentinel), url, sentinels, service_name, options
     )
-    assert service_name is not None
-    client: redis.Redis = sentinel.master_for(service_name, **sentinel_connection(url))
     return client
 
 
@@ -154,18 +145,34 @@ def async_client(
     options: dict[str, Any],
 ) -> redis.asyncio.Redis:
     """Return an asyncio client, as :func:`sync_client` does a blocking one."""
+    client: redis.asyncio.Redis = _client(
+        (redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel),
+        url,
+        sentinels,
+        service_name,
+        options,
+    )
+    return client
+
+
+def _client(
+    classes: tuple[Any, Any],  # a client class and its Sentinel class (untyped in redis-py)
+    url: str,
+    sentinels: Sequence[SentinelAddress] | None,
+    service_name: str | None,
+    options: dict[str, Any],
+) -> Any:
+    redis_class, sentinel_class = classes
     if not sentinels:
-        return redis.asyncio.Redis.from_url(url, **options)
+        return redis_class.from_url(url, **options)
     addresses = [sentinel_address(one) for one in sentinels]
-    sentinel_class: Any = redis.asyncio.sentinel.Sentinel
     sentinel = sentinel_class(
         [a for a in addresses if a is not None],
         sentinel_kwargs=_sentinel_kwargs(options),
         **options,
     )
     assert service_name is not None
-    client: redis.asyncio.Redis = sentinel.master_for(service_name, **sentinel_connection(url))
-    return client
+    return sentinel.master_for(service_name, **sentinel_connection(url))
 
 
 def _sentinel_kwargs(options: dict[str, Any]) -> dict[str, Any]:

@@ -20,13 +20,12 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 from ._redis_options import redact_url, sentinel_address
 from .base import LockInfo
-from .redis import RedisBackend, _ms
+from .redis import RedisBackend, _seconds
 
 __all__ = ["RedisClusterBackend"]
 
@@ -128,40 +127,19 @@ class RedisClusterBackend(RedisBackend):
         self, leases: Sequence[tuple[str, str, float]]
     ) -> Sequence[float | LockError | None]:
         # A primary that fails makes only its own leases unknown (retried); the others renew.
-        sha, text = self._scripts["extend"]
         results: list[float | LockError | None] = [None] * len(leases)
         keys = [self.key(name) for name, _, _ in leases]
         for node, indexes in self._by_primary(keys).values():
-            client = node.redis_connection
             try:
-                replies = self._renew_on(
-                    client, sha, text, [(keys[i], leases[i]) for i in indexes]
-                )
+                replies = self._renew_on(node.redis_connection, [leases[i] for i in indexes])
             except redis.RedisError as exc:
                 error = self._unavailable(exc, None)
                 for index in indexes:
                     results[index] = error
                 continue
             for index, reply in zip(indexes, replies, strict=True):
-                results[index] = None if int(reply) < 0 else int(reply) / 1000
+                results[index] = _seconds(reply)
         return results
-
-    def _renew_on(
-        self, client: Any, sha: str, text: str, batch: list[tuple[str, tuple[str, str, float]]]
-    ) -> list[Any]:
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            for key, (_, owner, ttl) in batch:
-                pipe.execute_command("EVALSHA", sha, 1, key, owner, _ms(ttl), "1")
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                client.script_load(text)  # this primary lost its scripts (a restart)
-                continue
-            break
-        for reply in replies:
-            if isinstance(reply, redis.RedisError):
-                raise reply
-        return replies
 
     # Listing: every primary ------------------------------------------------------------------
 

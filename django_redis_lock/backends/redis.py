@@ -374,26 +374,27 @@ class RedisBackend(RedisKeyspace):
         # Every lease in one pipeline: one round trip, however many locks are held.
         if not leases:
             return []
-        sha, text = self._scripts["extend"]
         self._load("extend")
+        with self._errors(None):
+            return [_seconds(reply) for reply in self._renew_on(self.client, leases)]
+
+    def _renew_on(self, client: Any, leases: Sequence[tuple[str, str, float]]) -> list[Any]:
+        """Renew ``leases`` in one pipeline on ``client``; raise the first error of any."""
+        sha, text = self._scripts["extend"]
         for attempt in range(2):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = client.pipeline(transaction=False)
             queue: Callable[..., Any] = pipe.execute_command
             for name, owner, ttl in leases:
                 queue("EVALSHA", sha, 1, self.key(name), owner, _ms(ttl), "1")
-            try:
-                replies = pipe.execute(raise_on_error=False)
-            except redis.RedisError as exc:
-                raise self._unavailable(exc, None) from exc
+            replies: list[Any] = pipe.execute(raise_on_error=False)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                with self._errors(None):
-                    self.client.script_load(text)
+                client.script_load(text)  # the server lost its scripts (a restart)
                 continue
             break
         for reply in replies:
             if isinstance(reply, redis.RedisError):
-                raise self._unavailable(reply, None) from reply
-        return [None if int(reply) < 0 else int(reply) / 1000 for reply in replies]
+                raise reply
+        return replies
 
     def force_release(self, name: str, owner: str | None = None) -> int:
         return int(self._run("force_release", name, [owner or "", self._fencing_arg]))
