@@ -25,9 +25,14 @@ from ._validation import (
 )
 from .backends.base import AcquireResult, BaseLockBackend, Grant, holder_metadata
 from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNotOwnedError
+from .exceptions import (
+    InvalidLockArgumentError,
+    LockArgumentTypeError,
+    LockLostError,
+    LockNotOwnedError,
+)
 from .handler import locks
-from .holds import Hold
+from .holds import Hold, held, known_holds, new_attempt
 from .renewal import Lease, renewer
 
 __all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps"]
@@ -39,6 +44,11 @@ _HOST = socket.gethostname()
 #: A waiter's registration outlives its wait by this much, so a release that comes just as
 #: the wait times out still finds it registered.
 REGISTRATION_MARGIN = 1.0
+
+#: A waiter asks again at least this often (seconds). A lock handed to a waiter that died or
+#: was paused is claimable for one second only (CLAIM_MS in the Lua scripts), so the next
+#: waiter takes it within about two.
+WAIT_SLICE = 2.0
 
 _OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
 
@@ -112,7 +122,6 @@ class LockHandle:
                 lock_name=name,
             )
         self.owner = owner
-        self._holds: dict[str, Hold] = {}
         self._lost: set[str] = set()
         self._holder_cache: dict[str, tuple[int, bytes]] = {}
 
@@ -145,7 +154,7 @@ class LockHandle:
         Tokens grow strictly with each new holder of this name: pass yours to the resource
         you write to, so it can refuse a writer whose token is older than one it has seen.
         """
-        hold = self._holds.get(self._owner_token())
+        hold = self._hold()
         return None if hold is None else hold.fencing_token
 
     @property
@@ -154,9 +163,12 @@ class LockHandle:
 
         A hold is lost when its lease ended, or another owner took the lock, before release.
         """
-        owner = self._owner_token()
-        hold = self._holds.get(owner)
-        return owner in self._lost if hold is None else hold.lost_reason is not None
+        hold = self._hold()
+        return self._owner_token() in self._lost if hold is None else hold.lost_reason is not None
+
+    def _hold(self) -> Hold | None:
+        """Return the calling owner's hold of this lock, if it has one."""
+        return held.get((self.backend, self.name, self._owner_token()))
 
     # The acquire loop --------------------------------------------------------------------------
 
@@ -185,13 +197,21 @@ class LockHandle:
         renew: bool,
     ) -> Steps:
         lease = backend.default_ttl if self._ttl is None else self._ttl
+        hold = held.get((backend, self.name, owner))
+        if hold is not None and hold.lost_reason is not None:
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
+        known = 0 if hold is None else hold.count
         holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
+        # One id for every call of this acquire: a withdrawal undoes whatever any of them
+        # registered or took (a grant to its registration included), and nothing later.
+        attempt = new_attempt()
         claim = False
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             waiting = blocking and (remaining is None or remaining > 0)
             window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
+            sent = time.monotonic()
             result = yield {
                 "ttl": lease,
                 "limit": self.limit,
@@ -199,13 +219,23 @@ class LockHandle:
                 "fair": self.fair,
                 "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
                 "claim": claim,
+                "holds": known,
+                "attempt": attempt,
             }
             assert isinstance(result, AcquireResult)
-            if result.acquired:
+            if result.lost:
+                assert hold is not None
+                raise self._lost_nested(hold)
+            # A lease that ended before this process saw the reply (it was paused) is no hold.
+            ends = sent + (lease if result.lease is None else result.lease)
+            if result.acquired and time.monotonic() < ends:
                 assert result.fencing_token is not None
-                granted = lease if result.lease is None else result.lease
-                self._held(backend, owner, result.fencing_token, granted, started, renew=renew)
+                self._held(backend, owner, result, attempt, ends, started, renew=renew)
                 return True
+            if result.acquired:
+                if hold is not None:
+                    raise self._lost_nested(hold)
+                continue  # try again: the lease, not the attempt, ended
             if not waiting:
                 if blocking and timeout:
                     logger.warning(
@@ -214,20 +244,22 @@ class LockHandle:
                         time.monotonic() - started,
                     )
                 return False
-            grant = yield window if not result.retry_after else min(window, result.retry_after)
+            # Woken by a handoff or not, the next attempt claims: a grant is short until
+            # claimed, and the claim is refused if the grant has lapsed meanwhile.
+            yield min(window, result.retry_after or window, WAIT_SLICE)
             claim = True
-            if grant is not None:
-                assert isinstance(grant, Grant)
-                self._held(backend, owner, grant.fencing_token, grant.lease, started, renew=renew)
-                return True
 
-    def _holds_of(self, owner: str) -> int:
-        hold = self._holds.get(owner)
-        return 0 if hold is None else hold.count
+    def _lost_nested(self, hold: Hold) -> LockLostError:
+        self._lost_by(hold)("its lease ended before a nested acquire")
+        return LockLostError(hold.lost_message(), lock_name=self.name)
 
-    def _undo_acquire(self, owner: str, before: int) -> None:
+    def _holds_of(self, backend: BaseLockBackend, owner: str) -> int:
+        return known_holds(backend, self.name, owner)
+
+    def _undo_acquire(self, backend: BaseLockBackend, owner: str, before: int) -> None:
         """Forget a hold counted by an acquire that was interrupted (the backend is told apart)."""
-        hold = self._holds.get(owner)
+        key = (backend, self.name, owner)
+        hold = held.get(key)
         if hold is None or hold.count <= before:
             return
         if before:
@@ -235,49 +267,59 @@ class LockHandle:
             return
         if hold.lease is not None:
             renewer.remove(hold.lease)
-        del self._holds[owner]
+        del held[key]
+
+    def _withdraw_later(self, backend: BaseLockBackend, owner: str, attempt: str) -> None:
+        """Have the renewal thread undo ``attempt`` once the backend answers again."""
+        name = self.name
+        renewer.withdraw_later(
+            backend,
+            name,
+            owner,
+            attempt,
+            keep=lambda: known_holds(backend, name, owner),
+            until=time.monotonic() + self.lease + backend.max_wait + REGISTRATION_MARGIN,
+        )
 
     def _held(
         self,
         backend: BaseLockBackend,
         owner: str,
-        fencing_token: int,
-        granted: float,
+        result: AcquireResult,
+        attempt: str,
+        ends: float,
         started: float,
         *,
         renew: bool,
     ) -> None:
-        hold = self._holds.get(owner)
-        now = time.monotonic()
-        if hold is not None and hold.fencing_token == fencing_token:
-            hold.count += 1
-            return  # a reentrant acquire: announced once, with the first
-        if hold is not None and hold.lease is not None:
-            renewer.remove(hold.lease)  # a hold this one replaces (it was lost) renews no more
-        hold = self._holds[owner] = self._new_hold(owner, fencing_token, now)
-        self._lost.discard(owner)
-        # Renewed leases are registered with the renewal thread. So is a lease handed over
-        # short (see the backend) to a holder that does not renew: the thread tops it up to
-        # the full lease once, at once, so this acquire returns without a second round trip.
-        lease = backend.default_ttl if self._ttl is None else self._ttl
-        # (A lease a little short of the full one, as a Redlock quorum grants, is left alone.)
-        if renew or granted < lease * 0.9:
+        key = (backend, self.name, owner)
+        hold = held.get(key)
+        if hold is None:
+            assert result.fencing_token is not None
+            hold = held[key] = self._new_hold(backend, owner, result.fencing_token)
+            self._lost.discard(owner)
+            fresh = True
+        else:
+            fresh = False  # a reentrant acquire: announced once, with the first
+        hold.count, hold.attempt = result.holds or 1, attempt
+        if renew and hold.lease is None:
+            lease = backend.default_ttl if self._ttl is None else self._ttl
             hold.lease = Lease(
                 backend=backend,
                 name=self.name,
                 owner=owner,
                 ttl=lease,
-                ends=now + granted,
+                ends=ends,
                 on_lost=self._lost_by(hold),
-                stop_at=None if not renew or self.max_hold is None else now + self.max_hold,
-                once=not renew,
-                orphaned=self._orphan_check() if renew else None,  # a top-up ends anyway
+                stop_at=None if self.max_hold is None else time.monotonic() + self.max_hold,
+                orphaned=self._orphan_check(),
             )
             renewer.add(hold.lease)
-        hold.announce_acquired(now - started)
+        if fresh:
+            hold.announce_acquired(time.monotonic() - started)
 
-    def _new_hold(self, owner: str, fencing_token: int, now: float) -> Hold:
-        return Hold(self, owner, fencing_token, now)
+    def _new_hold(self, backend: BaseLockBackend, owner: str, fencing_token: int) -> Hold:
+        return Hold(self, backend, owner, fencing_token, time.monotonic())
 
     def _orphan_check(self) -> Callable[[], str | None] | None:
         """Return how the renewal thread learns that the holder can no longer release."""
@@ -285,6 +327,8 @@ class LockHandle:
 
     def _lost_by(self, hold: Hold) -> Callable[[str], None]:
         def lost(reason: str) -> None:
+            if hold.lease is not None:
+                renewer.remove(hold.lease)  # a lost lease is never renewed again
             self._lost.add(hold.owner)
             hold.report_lost(reason)
 
@@ -301,23 +345,32 @@ class LockHandle:
 
     # Releasing -------------------------------------------------------------------------------
 
-    def _before_release(self, owner: str) -> Hold | None:
-        hold = self._holds.get(owner)
+    def _before_release(self, backend: BaseLockBackend, owner: str) -> Hold | None:
+        hold = held.get((backend, self.name, owner))
         if hold is not None and hold.count == 1 and hold.lease is not None:
             renewer.remove(hold.lease)  # before the release: a late renewal is then no loss
         return hold
 
     def _released(self, owner: str, hold: Hold | None, left: int | None) -> None:
         """Record what the backend's release answered; raise if the owner held nothing."""
-        if hold is not None and (left is None or hold.count == 1):
-            del self._holds[owner]
+        if hold is not None and (left is None or left == 0):
+            held.pop((hold.backend, self.name, owner), None)
         if left is None:
             if hold is not None:
                 self._lost_by(hold)("its lease ended before release")
             raise self._not_owned("release")
         if hold is not None:
-            hold.count -= 1
+            hold.count = left
             hold.announce_released(left)
+
+    def _release_failed(self, owner: str, hold: Hold | None) -> None:
+        """Count a release whose reply never came as done; the backend is told later."""
+        if hold is None:
+            return
+        hold.count -= 1
+        if hold.count <= 0:
+            held.pop((hold.backend, self.name, owner), None)
+        self._withdraw_later(hold.backend, owner, hold.attempt)
 
     def _not_owned(self, action: str) -> LockNotOwnedError:
         return LockNotOwnedError(
@@ -328,7 +381,7 @@ class LockHandle:
 
     def _unrenewed(self, hold: Hold) -> bool:
         """Return whether only the backend can tell if ``hold`` is still live."""
-        return hold.lost_reason is None and (hold.lease is None or hold.lease.once)
+        return hold.lost_reason is None and hold.lease is None
 
     def _wait_phrase(self) -> str:
         return "at once" if not self.blocking else f"within {self.timeout}s"

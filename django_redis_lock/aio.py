@@ -20,8 +20,9 @@ from typing import ParamSpec, TypeVar
 
 from ._handle import LockHandle
 from ._validation import validate_ttl
-from .backends.base import AcquireResult, Grant
+from .backends.base import AcquireResult, BaseLockBackend, Grant
 from .exceptions import (
+    BackendUnavailableError,
     LockArgumentTypeError,
     LockError,
     LockLostError,
@@ -73,43 +74,61 @@ class AsyncLock(LockHandle):
 
     async def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
         backend, owner = locks[self.using], self._owner_token()
-        before = self._holds_of(owner)
+        before = self._holds_of(backend, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
         reply: AcquireResult | Grant | None
+        attempt, cancels = "", _cancels()
         try:
             call = next(steps)
             while True:
                 if isinstance(call, float):
                     reply = await backend.await_grant(self.name, owner, call)
                 else:
+                    attempt = call["attempt"]
                     reply = await backend.aacquire(self.name, owner, **call)
+                _raise_if_cancelled(cancels)
                 call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)
+        except BackendUnavailableError:
+            # No answer: the attempt may still run, or have run. Undone once the server answers.
+            if attempt:
+                self._withdraw_later(backend, owner, attempt)
+            _raise_if_cancelled(cancels)  # the client's time-out stood for a cancellation
+            raise
         except LockError:
             raise
         except BaseException:
             # Cancelled (or interrupted) with the outcome unknown: undo it all, even if
             # cancelled again meanwhile.
-            self._undo_acquire(owner, before)
-            with contextlib.suppress(LockError):  # the interruption, not this, is the news
-                await _finish(backend.awithdraw(self.name, owner, before))
+            self._undo_acquire(backend, owner, before)
+            if attempt:
+                try:
+                    await _finish(backend.awithdraw(self.name, owner, before, attempt))
+                except LockError:  # the interruption, not this, is the news
+                    self._withdraw_later(backend, owner, attempt)
             raise
 
     async def release(self) -> None:
         """Drop one hold of the calling task; see :meth:`.Lock.release`."""
-        owner = self._owner_token()
-        hold = self._before_release(owner)
+        backend, owner = self.backend, self._owner_token()
+        hold = self._before_release(backend, owner)
         try:
-            left = await self.backend.arelease(self.name, owner)
+            left = await backend.arelease(self.name, owner, None if hold is None else hold.count)
         except asyncio.CancelledError:
             if hold is None:
                 raise
             # Cancelled mid-release: finish the release whatever its reply would have said.
             left = hold.count - 1
-            with contextlib.suppress(LockError):  # then the lease ends by itself
-                left = await _finish(self.backend.awithdraw(self.name, owner, left))
+            try:
+                left = await _finish(backend.awithdraw(self.name, owner, left, hold.attempt))
+            except LockError:
+                self._release_failed(owner, hold)
+                raise
             self._released(owner, hold, left)
+            raise
+        except LockError:
+            self._release_failed(owner, hold)
             raise
         self._released(owner, hold, left)
 
@@ -125,7 +144,7 @@ class AsyncLock(LockHandle):
     async def check(self) -> None:
         """Raise :class:`LockLostError` if the caller's hold is lost; see :meth:`.Lock.check`."""
         owner = self._owner_token()
-        hold = self._holds.get(owner)
+        hold = self._hold()
         if hold is None:
             raise LockNotOwnedError(
                 f"Cannot check lock {self.name!r}: this owner does not hold it.",
@@ -170,7 +189,7 @@ class AsyncLock(LockHandle):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        hold = self._holds.get(self._owner_token())
+        hold = self._hold()
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             await self.release()
         if hold is None or hold.lost_reason is None:
@@ -196,8 +215,8 @@ class AsyncLock(LockHandle):
 
     # Renewal and loss, seen from the event loop ------------------------------------------------
 
-    def _new_hold(self, owner: str, fencing_token: int, now: float) -> Hold:
-        hold = super()._new_hold(owner, fencing_token, now)
+    def _new_hold(self, backend: BaseLockBackend, owner: str, fencing_token: int) -> Hold:
+        hold = super()._new_hold(backend, owner, fencing_token)
         hold.loop = asyncio.get_running_loop()
         return hold
 
@@ -242,6 +261,24 @@ class AsyncLock(LockHandle):
 
 
 _callbacks: set[asyncio.Future[object]] = set()
+
+
+def _cancels() -> int:
+    """Return how many cancellations of the running task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return 0 if cancelling is None else int(cancelling())
+
+
+def _raise_if_cancelled(before: int) -> None:
+    """Raise the cancellation a client library swallowed while the task awaited it.
+
+    redis-py's asyncio client can return a reply to a task cancelled meanwhile, as if the
+    cancellation never came (its read timeout takes it for its own). A lock must not go on
+    as if it had not been cancelled: that task would hold a lock its caller gave up.
+    """
+    if _cancels() > before:
+        raise asyncio.CancelledError
 
 
 async def _finish(work: Awaitable[int]) -> int:

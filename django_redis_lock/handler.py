@@ -11,6 +11,7 @@ from django.utils.module_loading import import_string
 from .backends.base import BaseLockBackend
 from .conf import alias_problems, get_locks_setting, problems
 from .exceptions import InvalidLockBackendError
+from .renewal import renewer
 
 __all__ = ["LocksHandler", "locks"]
 
@@ -74,7 +75,13 @@ class LocksHandler:
             backend.close()
 
     def reset(self) -> None:
-        """Forget every built backend (after closing it) so the next use reads settings again."""
+        """Forget every built backend (after closing it) so the next use reads settings again.
+
+        Withdrawals still waiting for a forgotten backend's server are dropped with it: what
+        they would undo ends with its lease.
+        """
+        for backend in self._backends.values():
+            renewer.drop_undos(backend)
         self.close_all()
         self._backends.clear()
 

@@ -1,4 +1,10 @@
-"""What one owner holds through one lock handle, and how its events are announced.
+"""What one owner holds of one lock, and how its events are announced.
+
+A process keeps one :class:`Hold` per (backend, lock name, owner), whichever handles the owner
+used to acquire (``with lock("x"): with lock("x"):`` is one hold counted twice), so the hold
+count it sends with each acquire and release is the whole truth: the backend then never
+counts a hold its owner does not know of (one left by an acquire that reported failure), and
+a reentrant acquire whose lease has ended is refused and reported as a loss.
 
 Every announcement goes out as a log line on the ``django_redis_lock`` logger and a Django
 signal (:mod:`django_redis_lock.signals`); a lost hold also calls the handle's ``on_lost``.
@@ -8,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
+import os
+import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,8 +30,9 @@ from .signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
     from ._handle import LockHandle
+    from .backends.base import BaseLockBackend
 
-__all__ = ["Hold"]
+__all__ = ["Hold", "held", "known_holds", "new_attempt"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -32,10 +42,13 @@ class Hold:
     """One owner's hold of one lock, taken through one handle; times are monotonic."""
 
     lock: LockHandle
+    backend: BaseLockBackend
     owner: str
     fencing_token: int
     acquired_at: float
     count: int = 1
+    #: The id of the last acquire that took or counted this hold (see ``withdraw``).
+    attempt: str = ""
     lease: Lease | None = None
     lost_reason: str | None = None
     #: The event loop of an asyncio holder, where its ``on_lost`` callback runs.
@@ -108,6 +121,35 @@ class Hold:
                 task.add_done_callback(functools.partial(_sent, lock.name))
                 return
         _log_failures(lock.name, signal.send_robust(**arguments))
+
+
+#: Every hold of this process: (backend, lock name, owner) -> Hold.
+held: dict[tuple[BaseLockBackend, str, str], Hold] = {}
+
+
+def known_holds(backend: BaseLockBackend, name: str, owner: str) -> int:
+    """Return how many holds of ``name`` this process knows ``owner`` has on ``backend``."""
+    hold = held.get((backend, name, owner))
+    return 0 if hold is None else hold.count
+
+
+_attempt_prefix = secrets.token_hex(4)
+_attempts = itertools.count()
+
+
+def new_attempt() -> str:
+    """Return an id for one acquire call, unique among this process's calls."""
+    return f"{_attempt_prefix}.{next(_attempts):x}"
+
+
+def _forget_in_child() -> None:
+    # A forked child holds nothing of its parent's, and numbers its attempts apart.
+    global _attempt_prefix  # noqa: PLW0603
+    held.clear()
+    _attempt_prefix = secrets.token_hex(4)
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 #: Signals being sent by tasks, kept until sent (an event loop holds its tasks weakly).

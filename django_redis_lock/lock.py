@@ -20,6 +20,7 @@ from ._handle import LockHandle
 from ._validation import validate_ttl
 from .backends.base import AcquireResult, Grant
 from .exceptions import (
+    BackendUnavailableError,
     LockArgumentTypeError,
     LockError,
     LockLostError,
@@ -93,26 +94,36 @@ class Lock(LockHandle):
 
     def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
         backend, owner = locks[self.using], self._owner_token()
-        before = self._holds_of(owner)
+        before = self._holds_of(backend, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
         reply: AcquireResult | Grant | None
+        attempt = ""
         try:
             call = next(steps)
             while True:
                 if isinstance(call, float):
                     reply = backend.wait(self.name, owner, call)
                 else:
+                    attempt = call["attempt"]
                     reply = backend.acquire(self.name, owner, **call)
                 call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)
+        except BackendUnavailableError:
+            # No answer: the attempt may still run, or have run. Undone once the server answers.
+            if attempt:
+                self._withdraw_later(backend, owner, attempt)
+            raise
         except LockError:
             raise
         except BaseException:
             # Interrupted (KeyboardInterrupt, say) with the outcome unknown: undo it all.
-            self._undo_acquire(owner, before)
-            with contextlib.suppress(LockError):
-                backend.withdraw(self.name, owner, before)
+            self._undo_acquire(backend, owner, before)
+            if attempt:
+                try:
+                    backend.withdraw(self.name, owner, before, attempt)
+                except LockError:
+                    self._withdraw_later(backend, owner, attempt)
             raise
 
     def release(self) -> None:
@@ -122,9 +133,14 @@ class Lock(LockHandle):
         :class:`LockNotOwnedError` if the caller holds nothing: it never acquired, it
         already released, or its lease ended (and another owner may hold the lock now).
         """
-        owner = self._owner_token()
-        hold = self._before_release(owner)
-        self._released(owner, hold, locks[self.using].release(self.name, owner))
+        backend, owner = locks[self.using], self._owner_token()
+        hold = self._before_release(backend, owner)
+        try:
+            left = backend.release(self.name, owner, None if hold is None else hold.count)
+        except LockError:
+            self._release_failed(owner, hold)
+            raise
+        self._released(owner, hold, left)
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it.
@@ -145,7 +161,7 @@ class Lock(LockHandle):
         it asks the backend.
         """
         owner = self._owner_token()
-        hold = self._holds.get(owner)
+        hold = self._hold()
         if hold is None:
             raise LockNotOwnedError(
                 f"Cannot check lock {self.name!r}: this owner does not hold it.",
@@ -193,7 +209,7 @@ class Lock(LockHandle):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        hold = self._holds.get(self._owner_token())
+        hold = self._hold()
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             self.release()
         if hold is None or hold.lost_reason is None:

@@ -2,8 +2,13 @@
 
 A lock held with ``auto_renew`` registers its lease here. The thread wakes when the earliest
 lease is a third of the way through, and then renews *every* registered lease of that
-backend together, in one round trip (:meth:`BaseLockBackend.renew`), so a process holding a
-thousand locks costs one round trip per interval, not a thousand.
+server together, in one round trip (:meth:`BaseLockBackend.renew`), so a process holding a
+thousand locks costs one round trip per interval, not a thousand. Each server's round trip
+runs in a thread of its own, so a server that does not answer never delays another's.
+
+It also withdraws, as soon as their server answers again, the acquires and releases whose
+reply never came (the server was frozen or cut off): such an acquire may still run, or have
+run, and must not leave a hold that nobody knows of until its lease ends.
 
 A lease that renewal finds gone (ended, force-released, or taken by another owner) is never
 revived: the backend's renew is owner-checked. Its holder is told through the callback it
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from .backends.base import BaseLockBackend
 from .exceptions import LockError
 
-__all__ = ["Lease", "Renewer", "renewer"]
+__all__ = ["Lease", "Renewer", "Undo", "renewer"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -48,27 +53,52 @@ class Lease:
     ends: float
     on_lost: Callable[[str], None]
     stop_at: float | None = None
-    #: Renew once, at once, then forget the lease: for a lease handed over short to a holder
-    #: that does not renew, so its acquire need not wait for a second round trip.
-    once: bool = False
     #: Return why nobody can release the lock any more (its holder's event loop closed, say),
     #: or None: an orphaned lease is no longer renewed, and ends by itself.
     orphaned: Callable[[], str | None] | None = None
     due: float = field(init=False)
     active: bool = field(default=True, init=False)
     renewing: bool = field(default=True, init=False)
+    #: Being renewed by a lane thread right now: not due again until it answers.
+    busy: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         now = time.monotonic()
-        self.due = now if self.once else now + (self.ends - now) / 3
+        self.due = now + (self.ends - now) / 3
+
+
+@dataclass(eq=False)
+class Undo:
+    """An acquire or release that got no answer, to withdraw once its server answers."""
+
+    backend: BaseLockBackend
+    name: str
+    owner: str
+    attempt: str
+    #: The holds the owner knows of when the withdrawal is sent (it may have moved on).
+    keep: Callable[[], int]
+    #: After this, whatever the attempt left has ended with its lease: nothing to undo.
+    until: float
+    due: float = field(default_factory=time.monotonic)
+    busy: bool = field(default=False, init=False)
+
+
+#: Work for one lane: the leases to renew and the attempts to withdraw on one server.
+_Batch = tuple[list[Lease], list[Undo]]
 
 
 class Renewer:
-    """The per-process registry of leases and the thread that renews them."""
+    """The per-process registry of leases and the threads that renew them.
+
+    One scheduling thread decides what is due; the round trips run on one *lane* per server
+    (per backend, and per primary of a Redis Cluster), each a short-lived thread, so a server
+    that does not answer delays only the leases it holds, never those on another server.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._leases: set[Lease] = set()
+        self._undos: list[Undo] = []
         self._thread: threading.Thread | None = None
         self._wakes_at = float("inf")
 
@@ -76,14 +106,38 @@ class Renewer:
         """Start renewing ``lease``."""
         with self._cond:
             self._leases.add(lease)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="django-redis-lock-renewal", daemon=True
-                )
-                self._thread.start()
-            if lease.due < self._wakes_at:
-                # Waking the thread costs a context switch: only when it must wake sooner.
-                self._cond.notify()
+            self._wake(lease.due)
+
+    def withdraw_later(
+        self,
+        backend: BaseLockBackend,
+        name: str,
+        owner: str,
+        attempt: str,
+        *,
+        keep: Callable[[], int],
+        until: float,
+    ) -> None:
+        """Withdraw ``attempt`` of ``owner`` as soon as the backend answers (before ``until``)."""
+        with self._cond:
+            self._undos.append(Undo(backend, name, owner, attempt, keep, until))
+            self._wake(time.monotonic())
+
+    def drop_undos(self, backend: BaseLockBackend) -> None:
+        """Give up the withdrawals still waiting for ``backend``'s servers."""
+        with self._cond:
+            self._undos = [undo for undo in self._undos if undo.backend is not backend]
+
+    def _wake(self, due: float) -> None:
+        # Called with the condition held.
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="django-redis-lock-renewal", daemon=True
+            )
+            self._thread.start()
+        if due < self._wakes_at:
+            # Waking the thread costs a context switch: only when it must wake sooner.
+            self._cond.notify()
 
     def remove(self, lease: Lease) -> None:
         """Stop renewing ``lease``; a renewal already sent for it is ignored."""
@@ -97,28 +151,70 @@ class Renewer:
 
     def _run(self) -> None:
         while True:
-            batches = self._wait_for_due()
-            for backend, leases in batches.items():
-                try:
-                    self._renew(backend, leases)
-                except Exception:  # the thread must outlive any one failure
-                    logger.exception("Renewing %d lease(s) failed unexpectedly.", len(leases))
+            for lane, batch in self._wait_for_due().items():
+                threading.Thread(
+                    target=self._work,
+                    args=(lane[0], batch),
+                    name="django-redis-lock-renewal-lane",
+                    daemon=True,
+                ).start()
 
-    def _wait_for_due(self) -> dict[BaseLockBackend, list[Lease]]:
+    def _wait_for_due(self) -> dict[tuple[BaseLockBackend, object], _Batch]:
         with self._cond:
             while True:
                 now = time.monotonic()
-                due = min((lease.due for lease in self._leases), default=float("inf"))
+                self._undos = [undo for undo in self._undos if undo.until > now]
+                work: list[Lease | Undo] = [*self._leases, *self._undos]
+                # A lane takes every lease and undo of its server, once one of them is due;
+                # a lane still waiting for its server takes nothing more meanwhile.
+                busy = {_lane(item) for item in work if item.busy}
+                idle = [item for item in work if not item.busy and _lane(item) not in busy]
+                due = min((item.due for item in idle), default=float("inf"))
                 if due <= now:
                     break
                 self._wakes_at = due
                 self._cond.wait(None if due == float("inf") else due - now)
             self._wakes_at = float("inf")
-            backends = {lease.backend for lease in self._leases if lease.due <= now}
-            return {
-                backend: [lease for lease in self._leases if lease.backend is backend]
-                for backend in backends
-            }
+            due_lanes = {_lane(item) for item in idle if item.due <= now}
+            chosen: dict[tuple[BaseLockBackend, object], _Batch] = {}
+            for item in idle:
+                lane = _lane(item)
+                if lane in due_lanes:
+                    item.busy = True
+                    leases, undos = chosen.setdefault(lane, ([], []))
+                    if isinstance(item, Lease):
+                        leases.append(item)
+                    else:
+                        undos.append(item)
+            return chosen
+
+    def _work(self, backend: BaseLockBackend, batch: _Batch) -> None:
+        leases, undos = batch
+        try:
+            if undos:
+                self._withdraw(backend, undos)
+            if leases:
+                self._renew(backend, leases)
+        except Exception:  # the thread must outlive any one failure
+            logger.exception("Renewing %d lease(s) failed unexpectedly.", len(leases))
+        finally:
+            with self._cond:
+                for item in [*leases, *undos]:
+                    item.busy = False
+                self._cond.notify()
+
+    def _withdraw(self, backend: BaseLockBackend, undos: list[Undo]) -> None:
+        for undo in undos:
+            try:
+                backend.withdraw(undo.name, undo.owner, undo.keep(), undo.attempt)
+            except LockError:
+                undo.due = time.monotonic() + RETRY_AFTER_FAILURE
+                continue
+            except Exception:
+                logger.exception("Could not withdraw an attempt on lock %r.", undo.name)
+            with self._cond:
+                if undo in self._undos:
+                    self._undos.remove(undo)
 
     def _renew(self, backend: BaseLockBackend, leases: list[Lease]) -> None:
         leases = [lease for lease in leases if not self._orphaned(lease)]
@@ -168,8 +264,6 @@ class Renewer:
                 unknown.setdefault(left, []).append(lease)  # retried, as a failed batch is
             elif left is None:
                 lost.append((lease, "its lease ended, or another owner took the lock"))
-            elif lease.once:
-                self.remove(lease)
             else:
                 lease.ends = sent + left
                 lease.due = sent + lease.ttl / 3
@@ -192,8 +286,13 @@ class Renewer:
         # A forked child holds none of its parent's locks and has no renewal thread.
         self._cond = threading.Condition()
         self._leases = set()
+        self._undos = []
         self._thread = None
         self._wakes_at = float("inf")
+
+
+def _lane(item: Lease | Undo) -> tuple[BaseLockBackend, object]:
+    return item.backend, item.backend.server_of(item.name)
 
 
 renewer = Renewer()

@@ -376,12 +376,12 @@ async def test_cancel_before_the_release_is_sent__the_lock_is_still_released(
     name = "faults:cancel-release-unsent"
     real_arelease = backend.arelease
 
-    async def cancelled_first(name_: str, owner: str) -> int | None:
+    async def cancelled_first(name_: str, owner: str, holds: int | None = None) -> int | None:
         task = asyncio.current_task()
         assert task is not None
         task.cancel()
         await asyncio.sleep(0)
-        return await real_arelease(name_, owner)
+        return await real_arelease(name_, owner, holds)
 
     handle = alock(name, using=using, ttl=30)
     assert await handle.acquire()

@@ -459,14 +459,21 @@ def test_handoff__a_short_handed_over_lease_is_topped_up_to_the_full_lease(
     backend.force_release("live:top-up")
 
 
-def test_renewal__a_hold_replacing_a_lost_one_stops_the_old_renewal(
+def test_renewal__a_reentrant_acquire_of_a_lost_hold_is_refused_and_stops_its_renewal(
     using: str, backend: BaseLockBackend
 ) -> None:
     before = len(renewer)
     handle = lock("live:replaced", ttl=30, auto_renew=True, using=using)
     assert handle.acquire()
     backend.force_release("live:replaced")  # lost, while the handle still records the hold
-    assert handle.acquire()  # a new hold, with a new fencing token, under the same owner
-    assert len(renewer) == before + 1, "the lost hold's lease is still being renewed"
+    with pytest.raises(LockLostError):
+        handle.acquire()  # never a new hold silently standing in for the lost one
+    assert handle.lost
+    assert len(renewer) == before, "the lost hold's lease is still being renewed"
+    assert backend.lock_info("live:replaced") == [], "the refused acquire took a hold"
+    with pytest.raises(LockNotOwnedError):
+        handle.release()
+    assert handle.acquire(), "after the lost hold is released, a new one can be taken"
+    assert len(renewer) == before + 1
     handle.release()
     assert len(renewer) == before

@@ -38,7 +38,8 @@ class AcquireResult(NamedTuple):
     On success ``fencing_token`` is the holder's token (the same for every reentrant acquire),
     ``holds`` its hold count and ``lease`` the seconds its lease has left. On failure
     ``retry_after`` is the number of seconds until the earliest current lease ends, so a
-    waiter never sleeps past it.
+    waiter never sleeps past it. ``lost`` says the owner knew of holds (``holds`` > 0 was
+    asked) but its lease had ended: nothing was taken.
     """
 
     acquired: bool
@@ -46,6 +47,7 @@ class AcquireResult(NamedTuple):
     holds: int = 0
     retry_after: float | None = None
     lease: float | None = None
+    lost: bool = False
 
 
 class Grant(NamedTuple):
@@ -163,6 +165,8 @@ class BaseLockBackend:
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
 
@@ -174,13 +178,24 @@ class BaseLockBackend:
         ``wait`` seconds: a release within that time hands it the lock (see :meth:`wait`).
         ``wait=0`` also removes an earlier registration of the owner. With ``fair``, a free
         slot goes to registered waiters first, in arrival order. ``claim`` says the owner is
-        waiting already: if it holds the lock now, the lock was handed to it, and its hold
-        is returned without counting another.
+        waiting already: if it holds the lock now, the lock was handed to it; its short grant
+        becomes a lease of ``ttl`` and its hold is returned without counting another.
+
+        ``holds`` is the number of holds the caller knows the owner has (None: count
+        reentrant acquires on the backend). Given, the owner's hold count becomes
+        ``holds + 1``: a hold the caller did not know of (left by an acquire it saw fail) is
+        never inherited, and with ``holds`` > 0 and no live lease nothing is taken and the
+        result says ``lost``. ``attempt`` is the caller's id of this call, recorded with the
+        hold and any registration, for :meth:`withdraw`.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
-    def release(self, name: str, owner: str) -> int | None:
-        """Drop one hold of ``owner``; return the holds left, or None if it held nothing."""
+    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
+        """Drop one hold of ``owner``; return the holds left, or None if it held nothing.
+
+        ``holds`` is the number of holds the caller knows the owner has (None: count down on
+        the backend); given, the count left is ``holds - 1`` whatever the backend counted.
+        """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
@@ -205,12 +220,15 @@ class BaseLockBackend:
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
 
-    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+    def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Undo an acquire or release of ``owner`` whose outcome it never learned.
 
-        For a caller interrupted mid-call (a cancelled task, a ``KeyboardInterrupt``): leave
-        the queue of waiters, drop any lock handed over meanwhile, and bring the owner's hold
-        count down to ``holds``, the count it knows of. Return the holds left.
+        For a caller interrupted mid-call (a cancelled task, a ``KeyboardInterrupt``) or left
+        without an answer (the server did not reply in time): leave the queue of waiters,
+        drop any lock handed over meanwhile, and bring the owner's hold count down to
+        ``holds``, the count it knows of. Given an ``attempt`` id, only what that acquire
+        registered or took is undone, so a withdrawal sent late never undoes a later hold.
+        Return the holds left.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a withdraw() method")
 
@@ -226,6 +244,14 @@ class BaseLockBackend:
         they are tried again; raising fails the whole batch the same way.
         """
         return [self.extend(name, owner, ttl, replace=True) for name, owner, ttl in leases]
+
+    def server_of(self, name: str) -> object:
+        """Return which of the backend's servers holds ``name`` (any hashable; one by default).
+
+        Renewal sends one round trip per server, each on its own, so a server that does not
+        answer never delays the leases held on another.
+        """
+        return None
 
     def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
         """Yield every holder of every held lock whose name matches the glob ``pattern``.
@@ -284,6 +310,8 @@ class BaseLockBackend:
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         """Do what :meth:`acquire` does, without blocking the event loop."""
         return await sync_to_async(self.acquire, thread_sensitive=False)(
@@ -295,11 +323,15 @@ class BaseLockBackend:
             fair=fair,
             wait=wait,
             claim=claim,
+            holds=holds,
+            attempt=attempt,
         )
 
-    async def arelease(self, name: str, owner: str) -> int | None:
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None
+    ) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
-        return await sync_to_async(self.release, thread_sensitive=False)(name, owner)
+        return await sync_to_async(self.release, thread_sensitive=False)(name, owner, holds)
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False
@@ -317,9 +349,13 @@ class BaseLockBackend:
         """Do what :meth:`wait` does, without blocking the event loop."""
         return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
 
-    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
+    async def awithdraw(
+        self, name: str, owner: str, holds: int = 0, attempt: str = ""
+    ) -> int:
         """Do what :meth:`withdraw` does, without blocking the event loop."""
-        return await sync_to_async(self.withdraw, thread_sensitive=False)(name, owner, holds)
+        return await sync_to_async(self.withdraw, thread_sensitive=False)(
+            name, owner, holds, attempt
+        )
 
     async def aclose(self) -> None:
         """Close what the running event loop uses of this backend (see :meth:`close`)."""

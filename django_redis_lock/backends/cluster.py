@@ -123,6 +123,13 @@ class RedisClusterBackend(RedisBackend):
 
     # Renewal: one pipeline per primary ---------------------------------------------------------
 
+    def server_of(self, name: str) -> object:
+        cluster: Any = self.client
+        try:
+            return cluster.get_node_from_key(self.key(name)).name
+        except (redis.RedisError, AttributeError):  # the slot table is being refreshed
+            return None
+
     def renew(
         self, leases: Sequence[tuple[str, str, float]]
     ) -> Sequence[float | LockError | None]:

@@ -22,7 +22,7 @@ from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, glob_to_regex
 
 __all__ = ["LocMemBackend"]
 
-#: A handed-over lease covers the waiter's registration plus this margin (as on Redis).
+#: A lease handed to a waiter lasts this long until the waiter claims it (as on Redis).
 CLAIM_SECONDS = 1.0
 
 
@@ -32,6 +32,7 @@ class _Holder:
     fencing_token: int
     acquired_at: float
     metadata: str | bytes
+    attempt: str
     holds: int = 1
 
 
@@ -41,6 +42,7 @@ class _Waiter:
     lease: float
     limit: int
     metadata: str | bytes
+    attempt: str = ""
 
 
 @dataclass
@@ -91,12 +93,12 @@ class LocMemBackend(BaseLockBackend):
         if not (entry.holders or entry.queue or entry.grants):
             self._locks.pop(name, None)
 
-    def _hold(
-        self, name: str, entry: _Entry, owner: str, lease: float, metadata: str | bytes
-    ) -> int:
+    def _hold(self, name: str, entry: _Entry, owner: str, lease: float, request: _Waiter) -> int:
         token = max(self._fences.get(name, 0) + 1, time.time_ns() // 1000)
         self._fences[name] = token
-        entry.holders[owner] = _Holder(time.monotonic() + lease, token, time.time(), metadata)
+        entry.holders[owner] = _Holder(
+            time.monotonic() + lease, token, time.time(), request.metadata, request.attempt
+        )
         return token
 
     def _handoff(self, name: str, entry: _Entry, now: float) -> None:
@@ -105,8 +107,8 @@ class LocMemBackend(BaseLockBackend):
             if len(entry.holders) >= waiter.limit:
                 return
             del entry.queue[owner]
-            lease = min(waiter.lease, waiter.ends - now + CLAIM_SECONDS)
-            token = self._hold(name, entry, owner, lease, waiter.metadata)
+            lease = min(waiter.lease, CLAIM_SECONDS)
+            token = self._hold(name, entry, owner, lease, waiter)
             entry.grants[owner] = Grant(token, lease)
             self._changed.notify_all()
             future = self._async_waiters.get((name, owner))
@@ -127,10 +129,14 @@ class LocMemBackend(BaseLockBackend):
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         with self._opened(name) as (entry, now):
-            request = _Waiter(now + wait, ttl, limit, metadata)
-            return self._acquire(name, entry, owner, request, now, fair=fair, claim=claim)
+            request = _Waiter(now + wait, ttl, limit, metadata, attempt)
+            return self._acquire(
+                name, entry, owner, request, now, fair=fair, claim=claim, known=holds
+            )
 
     def _acquire(
         self,
@@ -142,15 +148,19 @@ class LocMemBackend(BaseLockBackend):
         *,
         fair: bool,
         claim: bool,
+        known: int | None,
     ) -> AcquireResult:
         holder = entry.holders.get(owner)
         if holder is not None:
             if claim:
                 entry.grants.pop(owner, None)
             else:
-                holder.holds += 1
-                holder.ends = max(holder.ends, now + request.lease)
+                holder.holds = holder.holds + 1 if known is None else known + 1
+            holder.attempt = request.attempt
+            holder.ends = max(holder.ends, now + request.lease)
             return AcquireResult(True, holder.fencing_token, holder.holds, lease=holder.ends - now)
+        if known:
+            return AcquireResult(False, lost=True)
         waits = request.ends > now
         if fair and entry.queue:
             if waits:
@@ -159,10 +169,11 @@ class LocMemBackend(BaseLockBackend):
             if owner in entry.holders:
                 entry.grants.pop(owner, None)
                 mine = entry.holders[owner]
-                return AcquireResult(True, mine.fencing_token, 1, lease=mine.ends - now)
+                mine.ends = now + request.lease  # the lease asked for, not a grant's
+                return AcquireResult(True, mine.fencing_token, 1, lease=request.lease)
         if len(entry.holders) < request.limit and not (fair and entry.queue):
             entry.queue.pop(owner, None)
-            token = self._hold(name, entry, owner, request.lease, request.metadata)
+            token = self._hold(name, entry, owner, request.lease, request)
             return AcquireResult(True, token, 1, lease=request.lease)
         if waits:
             entry.queue[owner] = request
@@ -171,12 +182,12 @@ class LocMemBackend(BaseLockBackend):
         ends = [h.ends for h in entry.holders.values()]
         return AcquireResult(False, retry_after=max(0.0, min(ends) - now) if ends else 0.0)
 
-    def release(self, name: str, owner: str) -> int | None:
+    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
         with self._opened(name) as (entry, now):
             holder = entry.holders.get(owner)
             if holder is None:
                 return None
-            holder.holds -= 1
+            holder.holds = holder.holds - 1 if holds is None else holds - 1
             if holder.holds > 0:
                 return holder.holds
             del entry.holders[owner]
@@ -220,12 +231,16 @@ class LocMemBackend(BaseLockBackend):
         self._tidy(name, entry)
         return grant
 
-    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+    def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         with self._opened(name) as (entry, now):
-            entry.queue.pop(owner, None)
-            entry.grants.pop(owner, None)
+            waiter = entry.queue.get(owner)
+            if waiter is not None and attempt in ("", waiter.attempt):
+                del entry.queue[owner]
             holder = entry.holders.get(owner)
-            if holder is None or holder.holds <= holds:
+            mine = holder is None or attempt in ("", holder.attempt)
+            if mine:
+                entry.grants.pop(owner, None)
+            if holder is None or holder.holds <= holds or not mine:
                 self._handoff(name, entry, now)
                 return 0 if holder is None else holder.holds
             if holds > 0:
@@ -250,6 +265,8 @@ class LocMemBackend(BaseLockBackend):
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         return self.acquire(
             name,
@@ -260,10 +277,14 @@ class LocMemBackend(BaseLockBackend):
             fair=fair,
             wait=wait,
             claim=claim,
+            holds=holds,
+            attempt=attempt,
         )
 
-    async def arelease(self, name: str, owner: str) -> int | None:
-        return self.release(name, owner)
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None
+    ) -> int | None:
+        return self.release(name, owner, holds)
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False
@@ -273,8 +294,10 @@ class LocMemBackend(BaseLockBackend):
     async def attl(self, name: str, owner: str | None = None) -> float | None:
         return self.ttl(name, owner)
 
-    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
-        return self.withdraw(name, owner, holds)
+    async def awithdraw(
+        self, name: str, owner: str, holds: int = 0, attempt: str = ""
+    ) -> int:
+        return self.withdraw(name, owner, holds, attempt)
 
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
         future = asyncio.get_running_loop().create_future()

@@ -51,6 +51,9 @@ _Won = TypeVar("_Won", AcquireResult, Grant)
 #: The acquire script's flags argument, by (fair, claim).
 _FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
 
+#: The acquire script's "holds known" argument when the backend counts reentrant acquires.
+_COUNT_HERE = b""
+
 
 class RedisBackend(RedisKeyspace):
     """Locks stored on one Redis server.
@@ -210,9 +213,14 @@ class RedisBackend(RedisKeyspace):
         fair: bool,
         wait: float,
         claim: bool,
+        holds: int | None,
+        attempt: str,
+        flags: bytes | None = None,
     ) -> list[Any]:
         wait_ms = _ms(wait) if wait > 0 else 0
-        return [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, _FLAGS[fair, claim]]
+        known = _COUNT_HERE if holds is None else holds
+        flags = _FLAGS[fair, claim] if flags is None else flags
+        return [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, flags, known, attempt]
 
     # Primitives ------------------------------------------------------------------------------
 
@@ -227,9 +235,19 @@ class RedisBackend(RedisKeyspace):
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         args = self._acquire_args(
-            owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
+            owner,
+            ttl=ttl,
+            limit=limit,
+            metadata=metadata,
+            fair=fair,
+            wait=wait,
+            claim=claim,
+            holds=holds,
+            attempt=attempt,
         )
         if self.wait_replicas:
             sha = self._scripts["acquire"][0]
@@ -237,8 +255,11 @@ class RedisBackend(RedisKeyspace):
             return self._durable(name, owner, _acquired(reply), acks)
         return _acquired(self._run("acquire", name, args))
 
-    def release(self, name: str, owner: str) -> int | None:
-        return _count(self._run("release", name, [owner, self._fencing_arg]))
+    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
+        return _count(self._run("release", name, self._release_args(owner, holds)))
+
+    def _release_args(self, owner: str, holds: int | None) -> list[Any]:
+        return [owner, self._fencing_arg, _COUNT_HERE if holds is None else holds]
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
         return _seconds(self._run("extend", name, [owner, _ms(ttl), "1" if replace else "0"]))
@@ -304,8 +325,13 @@ class RedisBackend(RedisKeyspace):
                 self.client.script_load(self._scripts[script][1])
             self._loaded.add(script)
 
-    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
-        return int(self._run("withdraw", name, [owner, holds, self._fencing_arg]))
+    def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
+        return int(self._run("withdraw", name, self._withdraw_args(owner, holds, attempt)))
+
+    def _withdraw_args(
+        self, owner: str, holds: int, attempt: str, remember: float = 0.0
+    ) -> list[Any]:
+        return [owner, holds, self._fencing_arg, attempt, _ms(remember) if remember else 0]
 
     # The same primitives on the running event loop's asyncio client -------------------------
 
@@ -320,6 +346,8 @@ class RedisBackend(RedisKeyspace):
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
             return await super().aacquire(
@@ -331,14 +359,26 @@ class RedisBackend(RedisKeyspace):
                 fair=fair,
                 wait=wait,
                 claim=claim,
+                holds=holds,
+                attempt=attempt,
             )
         args = self._acquire_args(
-            owner, ttl=ttl, limit=limit, metadata=metadata, fair=fair, wait=wait, claim=claim
+            owner,
+            ttl=ttl,
+            limit=limit,
+            metadata=metadata,
+            fair=fair,
+            wait=wait,
+            claim=claim,
+            holds=holds,
+            attempt=attempt,
         )
         return _acquired(await self._arun("acquire", name, args))
 
-    async def arelease(self, name: str, owner: str) -> int | None:
-        return _count(await self._arun("release", name, [owner, self._fencing_arg]))
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None
+    ) -> int | None:
+        return _count(await self._arun("release", name, self._release_args(owner, holds)))
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False
@@ -362,8 +402,11 @@ class RedisBackend(RedisKeyspace):
             raise self._unavailable(exc, name) from exc
         return _granted(reply)
 
-    async def awithdraw(self, name: str, owner: str, holds: int = 0) -> int:
-        return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg]))
+    async def awithdraw(
+        self, name: str, owner: str, holds: int = 0, attempt: str = ""
+    ) -> int:
+        args = self._withdraw_args(owner, holds, attempt)
+        return int(await self._arun("withdraw", name, args))
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()
@@ -414,7 +457,10 @@ def _ms(seconds: float) -> int:
 
 
 def _acquired(reply: list[Any]) -> AcquireResult:
-    # The acquire script's reply: {1, fence, holds, lease ms} or {0, ms until a lease ends}.
+    # The acquire script's reply: {1, fence, holds, lease ms}, {0, ms until a lease ends}, or
+    # {-1} for a known hold whose lease ended.
+    if reply[0] == -1:
+        return AcquireResult(False, lost=True)
     if reply[0] == 1:
         return AcquireResult(
             True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000

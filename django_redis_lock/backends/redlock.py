@@ -356,6 +356,8 @@ class RedlockBackend(BaseLockBackend):
         fair: bool = False,
         wait: float = 0.0,
         claim: bool = False,
+        holds: int | None = None,
+        attempt: str = "",
     ) -> AcquireResult:
         # ``wait``, ``fair`` and ``claim`` have no meaning without a queue: every attempt is a
         # plain try on each master (see "Waiting is a retry" above).
@@ -431,8 +433,8 @@ class RedlockBackend(BaseLockBackend):
         self._remember(self._tokens, key, token)
         return token
 
-    def release(self, name: str, owner: str) -> int | None:
-        outcomes = self._fan(lambda node: node.release(name, owner))
+    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
+        outcomes = self._fan(lambda node: node.release(name, owner, holds))
         left = self._majority(outcomes, name)
         if left is None or left == 0:
             self._forget(name, owner)
@@ -482,7 +484,7 @@ class RedlockBackend(BaseLockBackend):
         delay *= random.uniform(0.5, 1.0)  # noqa: S311  (jitter, not secrecy)
         return max(0.0, min(timeout, delay))
 
-    def withdraw(self, name: str, owner: str, holds: int = 0) -> int:
+    def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         outcomes = self._fan(lambda node: node.withdraw(name, owner, holds))
         left = sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1]
         if left == 0:

@@ -1,12 +1,14 @@
 -- Helpers of the slower paths (semaphores, contention, waiting), inserted where a script
 -- says "--! helpers", after its fast path has returned: a free lock does not pay for them.
 
--- A handed-over lease covers the waiter's registration plus this margin, no more: a waiter
--- that died while queued holds the others back only that long.
+-- A lease handed to a waiter lasts this long until the waiter claims it (acquire with the
+-- 'c' flag), which turns it into the lease the waiter asked for: a waiter that died, or was
+-- paused, before claiming holds the others back only this long, and a claim that comes later
+-- finds the grant gone and waits again.
 local CLAIM_MS = 1000
 
 local function forget(owner)
-  redis.call('HDEL', K_data, owner, owner .. '|f', owner .. '|t', owner .. '|m')
+  redis.call('HDEL', K_data, owner, owner .. '|f', owner .. '|t', owner .. '|m', owner .. '|a')
 end
 
 -- Drop holders whose lease has ended (a semaphore's keys outlive its shortest lease).
@@ -43,9 +45,9 @@ local function handoff(fence_ttl)
       return
     end
     local record = redis.call('HGET', K_waiters, head)
-    local ends, lease, limit, meta
+    local ends, lease, limit, attempt, meta
     if record then
-      ends, lease, limit, meta = string.match(record, '^(%d+) (%d+) (%d+) (.*)$')
+      ends, lease, limit, attempt, meta = string.match(record, '^(%d+) (%d+) (%d+) (%S*) (.*)$')
     end
     if not ends or tonumber(ends) <= now() then
       leave_queue(head)
@@ -53,8 +55,8 @@ local function handoff(fence_ttl)
       return
     else
       leave_queue(head)
-      local granted = math.min(tonumber(lease), tonumber(ends) - now() + CLAIM_MS)
-      local fence = hold(head, granted, meta, fence_ttl)
+      local granted = math.min(tonumber(lease), CLAIM_MS)
+      local fence = hold(head, granted, meta, fence_ttl, attempt)
       local signal = base .. 's:' .. head
       redis.call('RPUSH', signal, fence .. ' ' .. granted)
       redis.call('PEXPIRE', signal, granted)

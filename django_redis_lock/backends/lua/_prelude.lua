@@ -3,12 +3,18 @@
 -- carry the same hash tag {=name}, so all of them live in one Redis Cluster slot:
 --   <prefix>:{=name}:h   holders  sorted set: owner -> lease end (ms, server clock)
 --   <prefix>:{=name}:d   data     hash: "<owner>" hold count, "<owner>|f" fencing token,
---                                 "<owner>|t" acquired at (ms), "<owner>|m" metadata (JSON)
+--                                 "<owner>|t" acquired at (ms), "<owner>|m" metadata (JSON),
+--                                 "<owner>|a" the client's id of the attempt that last took or
+--                                 re-took the hold (so a late undo touches only that attempt)
 --   <prefix>:{=name}:f   fence    string: the last fencing token issued for the name
 --   <prefix>:{=name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO order
---   <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit> <meta>"
+--   <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit>
+--                                 <attempt> <meta>"
 --   <prefix>:{=name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
---                                 handed to a waiting owner (the owner's wake-up call)
+--                                 handed to a waiting owner (the owner's wake-up call, which
+--                                 it answers by claiming the hold within CLAIM_MS)
+--   <prefix>:{=name}:x:<attempt>  string: an attempt given up by its client (Redlock only), so
+--                                 its acquire is refused if it reaches this server late
 -- Time comes from the server's clock, so clients' clocks never matter.
 local base = string.sub(KEYS[1], 1, -2)
 local K_holders, K_data, K_fence = KEYS[1], base .. 'd', base .. 'f'
@@ -47,12 +53,12 @@ end
 -- Make owner a holder with one hold; return its fencing token (as a string). Tokens grow
 -- strictly per name: one more than the last, and never behind the server's clock in
 -- microseconds, so they keep growing even after the counter itself has expired.
-local function hold(owner, lease, meta, fence_ttl)
+local function hold(owner, lease, meta, fence_ttl, attempt)
   local fence = math.max(tonumber(redis.call('GET', K_fence) or '0') + 1, now_us())
   fence = string.format('%.0f', fence)
   redis.call('SET', K_fence, fence, 'PX', lease + fence_ttl)
   redis.call('ZADD', K_holders, now() + lease, owner)
   redis.call('HSET', K_data, owner, 1, owner .. '|f', fence, owner .. '|t', now(),
-    owner .. '|m', meta)
+    owner .. '|m', meta, owner .. '|a', attempt)
   return fence
 end

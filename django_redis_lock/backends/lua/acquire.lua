@@ -4,27 +4,39 @@
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once)
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long the fence outlives the lease (ms)
 -- ARGV[6] ms the registration lives if the owner must wait ('0': do not wait, and leave the
--- queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' if the owner is waiting already (a
--- lease it holds now was handed to it: claim it without counting another hold), '-' none
+-- queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' to claim a lock handed to the waiting
+-- owner (its short grant becomes the full lease, without counting another hold), 't' to refuse
+-- an attempt given up already (see withdraw), '-' none
+-- ARGV[8] the holds the owner knows it has: '' to count reentrant acquires here; a number N
+-- makes the hold count N + 1 (0: a hold the owner does not know of was left by an acquire it
+-- saw fail, and is taken over as its first), and N > 0 with no live hold is a lost lease
+-- ARGV[9] the client's id of this attempt, recorded with the hold and the registration
 -- Returns {1, fencing token, hold count, lease ms left} when acquired,
---         {0, ms until the earliest current lease ends} when not.
+--         {0, ms until the earliest current lease ends} when not,
+--         {-1} when the owner knew of holds (ARGV[8] > 0) but its lease has ended.
 local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local fence_ttl, wait_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-local fair, claim = string.find(ARGV[7], 'f', 1, true), string.find(ARGV[7], 'c', 1, true)
+local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local known, attempt = tonumber(ARGV[8]), ARGV[9]
+local fair, claim = string.find(flags, 'f', 1, true), string.find(flags, 'c', 1, true)
 
 local holders = redis.call('ZCARD', K_holders)
-if holders == 0 and not fair and not claim then
+if holders == 0 and not fair and not claim and not (known and known > 0)
+    and not string.find(flags, 't', 1, true) then
   -- A free lock and a first, non-fair attempt (the common case): take it. It need not look
   -- at the queue: it cannot be in it, and may take a free slot before waiters.
-  local fence = hold(owner, lease, meta, fence_ttl)
+  local fence = hold(owner, lease, meta, fence_ttl, attempt)
   expire_at(now() + lease)
   return {1, tonumber(fence), 1, lease}
 end
 
 --! helpers
 
+if string.find(flags, 't', 1, true) and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
+  return {0, 0}
+end
+
 local function take()
-  local fence = hold(owner, lease, meta, fence_ttl)
+  local fence = hold(owner, lease, meta, fence_ttl, attempt)
   settle()
   return {1, tonumber(fence), 1, lease}
 end
@@ -34,11 +46,17 @@ if holders > 0 then
   local current = lease_end(owner)
   if current then
     local fence = tonumber(redis.call('HGET', K_data, owner .. '|f'))
+    local holds
     if claim then
       redis.call('DEL', base .. 's:' .. owner)
-      return {1, fence, tonumber(redis.call('HGET', K_data, owner)), current - now()}
+      holds = tonumber(redis.call('HGET', K_data, owner))
+    elseif known then
+      holds = known + 1
+      redis.call('HSET', K_data, owner, holds)
+    else
+      holds = redis.call('HINCRBY', K_data, owner, 1)
     end
-    local holds = redis.call('HINCRBY', K_data, owner, 1)
+    redis.call('HSET', K_data, owner .. '|a', attempt)
     local ends = math.max(current, now() + lease)
     redis.call('ZADD', K_holders, ends, owner)
     settle()
@@ -46,11 +64,14 @@ if holders > 0 then
   end
   holders = redis.call('ZCARD', K_holders)
 end
+if known and known > 0 then
+  return {-1}
+end
 
 local function register()
   redis.call('ZADD', K_queue, 'NX', now_us(), owner)
   redis.call('HSET', K_waiters, owner,
-    string.format('%.0f %d %d ', now() + wait_ms, lease, limit) .. meta)
+    string.format('%.0f %d %d %s ', now() + wait_ms, lease, limit, attempt) .. meta)
   for _, key in ipairs({K_queue, K_waiters}) do
     if redis.call('PTTL', key) < wait_ms then
       redis.call('PEXPIRE', key, wait_ms)
@@ -68,8 +89,11 @@ if fair and waiting then
   settle()
   local current = lease_end(owner)
   if current then
+    -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
     redis.call('DEL', base .. 's:' .. owner)
-    return {1, tonumber(redis.call('HGET', K_data, owner .. '|f')), 1, current - now()}
+    redis.call('ZADD', K_holders, now() + lease, owner)
+    settle()
+    return {1, tonumber(redis.call('HGET', K_data, owner .. '|f')), 1, lease}
   end
   waiting = redis.call('EXISTS', K_queue) == 1
   holders = redis.call('ZCARD', K_holders)

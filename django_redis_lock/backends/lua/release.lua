@@ -2,6 +2,7 @@
 -- has waited longest.
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token  ARGV[2] how long a new fence outlives its lease (ms)
+-- ARGV[3] the holds the owner knows it has ('': count down here): the count becomes one less
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended).
 local owner = ARGV[1]
@@ -15,7 +16,15 @@ local holders = redis.call('ZCARD', K_holders)
 if holders > 1 and tonumber(score) <= now() then
   return -1
 end
-local holds = redis.call('HINCRBY', K_data, owner, -1)
+local holds
+if ARGV[3] == '' then
+  holds = redis.call('HINCRBY', K_data, owner, -1)
+else
+  holds = tonumber(ARGV[3]) - 1
+  if holds > 0 then
+    redis.call('HSET', K_data, owner, holds)
+  end
+end
 if holds > 0 then
   return holds
 end

@@ -1,23 +1,33 @@
--- Undo an acquire or release whose reply the owner never read (it was interrupted: a task
--- cancelled, a KeyboardInterrupt): leave the queue, drop a wake-up call, and bring the owner's
+-- Undo an acquire or release whose reply the owner never read (it was interrupted, or the
+-- server did not answer in time): leave the queue, drop a wake-up call, and bring the owner's
 -- hold count back to the one it knows of. A lock freed that way goes to the next waiter.
+-- Given an attempt id, only what that attempt registered or took is undone, so an undo that
+-- arrives late never touches a hold the owner took since.
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token  ARGV[2] the holds the owner keeps (0: none)  ARGV[3] how long a new
--- fence outlives its lease (ms)
+-- fence outlives its lease (ms)  ARGV[4] attempt id ('': whatever the owner has)
+-- ARGV[5] ms to remember that the attempt was given up, refusing its acquire if it comes
+-- later (acquire flag 't'; '0': do not remember)
 -- Returns the owner's holds left.
-local owner, keep = ARGV[1], tonumber(ARGV[2])
+local owner, keep, attempt = ARGV[1], tonumber(ARGV[2]), ARGV[4]
 --! helpers
 
-leave_queue(owner)
-redis.call('DEL', base .. 's:' .. owner)
+if attempt ~= '' and tonumber(ARGV[5]) > 0 then
+  redis.call('SET', base .. 'x:' .. attempt, 1, 'PX', ARGV[5])
+end
+local record = redis.call('HGET', K_waiters, owner)
+if record and (attempt == '' or string.match(record, '^%d+ %d+ %d+ (%S*) ') == attempt) then
+  leave_queue(owner)
+end
+local mine = attempt == '' or redis.call('HGET', K_data, owner .. '|a') == attempt
+if mine then
+  redis.call('DEL', base .. 's:' .. owner)
+end
 local holds = 0
 if lease_end(owner) then
   holds = tonumber(redis.call('HGET', K_data, owner))
 end
-if holds <= keep and (holds > 0 or redis.call('EXISTS', K_queue) == 0) then
-  return holds
-end
-if holds > keep then
+if mine and holds > keep then
   if keep > 0 then
     redis.call('HSET', K_data, owner, keep)
     return keep
@@ -25,6 +35,8 @@ if holds > keep then
   redis.call('ZREM', K_holders, owner)
   forget(owner)
   holds = 0
+elseif holds > 0 or redis.call('EXISTS', K_queue) == 0 then
+  return holds
 end
 -- A freed slot, or a queue this owner may have headed: serve the waiters now.
 purge()
