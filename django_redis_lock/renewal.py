@@ -205,10 +205,13 @@ class Renewer:
 
     def _withdraw(self, backend: BaseLockBackend, undos: list[Undo]) -> None:
         for undo in undos:
+            sent = time.monotonic()
             try:
                 backend.withdraw(undo.name, undo.owner, undo.keep(), undo.attempt)
             except LockError:
-                undo.due = time.monotonic() + RETRY_AFTER_FAILURE
+                # Again at once after a time-out (a frozen server runs it as it wakes), a
+                # little later after a quick refusal.
+                undo.due = max(time.monotonic(), sent + RETRY_AFTER_FAILURE)
                 continue
             except Exception:
                 logger.exception("Could not withdraw an attempt on lock %r.", undo.name)

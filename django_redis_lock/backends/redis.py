@@ -326,12 +326,7 @@ class RedisBackend(RedisKeyspace):
             self._loaded.add(script)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        return int(self._run("withdraw", name, self._withdraw_args(owner, holds, attempt)))
-
-    def _withdraw_args(
-        self, owner: str, holds: int, attempt: str, remember: float = 0.0
-    ) -> list[Any]:
-        return [owner, holds, self._fencing_arg, attempt, _ms(remember) if remember else 0]
+        return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
 
     # The same primitives on the running event loop's asyncio client -------------------------
 
@@ -405,8 +400,7 @@ class RedisBackend(RedisKeyspace):
     async def awithdraw(
         self, name: str, owner: str, holds: int = 0, attempt: str = ""
     ) -> int:
-        args = self._withdraw_args(owner, holds, attempt)
-        return int(await self._arun("withdraw", name, args))
+        return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()

@@ -13,8 +13,8 @@
 --   <prefix>:{=name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
 --                                 handed to a waiting owner (the owner's wake-up call, which
 --                                 it answers by claiming the hold within CLAIM_MS)
---   <prefix>:{=name}:x:<attempt>  string: an attempt given up by its client (Redlock only), so
---                                 its acquire is refused if it reaches this server late
+--   <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that its
+--                                 acquire takes nothing if it reaches the server late
 -- Time comes from the server's clock, so clients' clocks never matter.
 local base = string.sub(KEYS[1], 1, -2)
 local K_holders, K_data, K_fence = KEYS[1], base .. 'd', base .. 'f'

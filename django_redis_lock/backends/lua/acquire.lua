@@ -5,12 +5,12 @@
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long the fence outlives the lease (ms)
 -- ARGV[6] ms the registration lives if the owner must wait ('0': do not wait, and leave the
 -- queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' to claim a lock handed to the waiting
--- owner (its short grant becomes the full lease, without counting another hold), 't' to refuse
--- an attempt given up already (see withdraw), '-' none
+-- owner (its short grant becomes the full lease, without counting another hold), '-' none
 -- ARGV[8] the holds the owner knows it has: '' to count reentrant acquires here; a number N
 -- makes the hold count N + 1 (0: a hold the owner does not know of was left by an acquire it
 -- saw fail, and is taken over as its first), and N > 0 with no live hold is a lost lease
--- ARGV[9] the client's id of this attempt, recorded with the hold and the registration
+-- ARGV[9] the client's id of this attempt, recorded with the hold and the registration; an
+-- attempt withdrawn already (its client gave up on it) takes nothing if it arrives late
 -- Returns {1, fencing token, hold count, lease ms left} when acquired,
 --         {0, ms until the earliest current lease ends} when not,
 --         {-1} when the owner knew of holds (ARGV[8] > 0) but its lease has ended.
@@ -19,9 +19,12 @@ local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local known, attempt = tonumber(ARGV[8]), ARGV[9]
 local fair, claim = string.find(flags, 'f', 1, true), string.find(flags, 'c', 1, true)
 
+if attempt ~= '' and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
+  return {0, 0}
+end
+
 local holders = redis.call('ZCARD', K_holders)
-if holders == 0 and not fair and not claim and not (known and known > 0)
-    and not string.find(flags, 't', 1, true) then
+if holders == 0 and not fair and not claim and not (known and known > 0) then
   -- A free lock and a first, non-fair attempt (the common case): take it. It need not look
   -- at the queue: it cannot be in it, and may take a free slot before waiters.
   local fence = hold(owner, lease, meta, fence_ttl, attempt)
@@ -30,10 +33,6 @@ if holders == 0 and not fair and not claim and not (known and known > 0)
 end
 
 --! helpers
-
-if string.find(flags, 't', 1, true) and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
-  return {0, 0}
-end
 
 local function take()
   local fence = hold(owner, lease, meta, fence_ttl, attempt)

@@ -2,18 +2,19 @@
 -- server did not answer in time): leave the queue, drop a wake-up call, and bring the owner's
 -- hold count back to the one it knows of. A lock freed that way goes to the next waiter.
 -- Given an attempt id, only what that attempt registered or took is undone, so an undo that
--- arrives late never touches a hold the owner took since.
+-- arrives late never touches a hold the owner took since; and the attempt is remembered as
+-- given up for UNDONE_MS, so that its acquire, if it reaches the server only now (it was
+-- queued on another connection), takes nothing.
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token  ARGV[2] the holds the owner keeps (0: none)  ARGV[3] how long a new
 -- fence outlives its lease (ms)  ARGV[4] attempt id ('': whatever the owner has)
--- ARGV[5] ms to remember that the attempt was given up, refusing its acquire if it comes
--- later (acquire flag 't'; '0': do not remember)
 -- Returns the owner's holds left.
 local owner, keep, attempt = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+local UNDONE_MS = 60000
 --! helpers
 
-if attempt ~= '' and tonumber(ARGV[5]) > 0 then
-  redis.call('SET', base .. 'x:' .. attempt, 1, 'PX', ARGV[5])
+if attempt ~= '' then
+  redis.call('SET', base .. 'x:' .. attempt, 1, 'PX', UNDONE_MS)
 end
 local record = redis.call('HGET', K_waiters, owner)
 if record and (attempt == '' or string.match(record, '^%d+ %d+ %d+ (%S*) ') == attempt) then

@@ -1,0 +1,378 @@
+"""The lock's promise under faults, on real redis-server processes and real signals.
+
+Two holders never run at once unless one of them is told its lease was lost. Each test here
+pauses (SIGSTOP), resumes (SIGCONT) or kills (SIGKILL) a process or a server at the moment
+that once broke the promise, and checks from outside what ran when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_py
+from django.test import override_settings
+
+from django_redis_lock import (
+    BackendUnavailableError,
+    LockLostError,
+    alock,
+    lock,
+    locks,
+)
+from django_redis_lock.signals import lock_lost
+from django_redis_lock.testing import RedisServer
+
+from . import fault_workers
+from .helpers import eventually
+
+pytestmark = pytest.mark.slow
+
+spawn = multiprocessing.get_context("spawn")
+
+
+def start(target: Any, *args: Any) -> multiprocessing.process.BaseProcess:
+    child = spawn.Process(target=target, args=args, daemon=True)
+    child.start()
+    return child
+
+
+def pop(raw_redis: redis_py.Redis, key: str, timeout: float = 30) -> bytes:
+    reply = raw_redis.blpop([key], timeout=timeout)
+    assert reply is not None, f"nothing arrived on {key} within {timeout}s"
+    return bytes(reply[1])
+
+
+def queued(raw_redis: redis_py.Redis, prefix: str, name: str) -> int:
+    return int(raw_redis.zcard(f"{prefix}:{{={name}}}:q"))
+
+
+@pytest.fixture
+def losses() -> Iterator[list[dict[str, Any]]]:
+    """Every lock_lost signal sent while the test runs."""
+    seen: list[dict[str, Any]] = []
+
+    def record(**kwargs: Any) -> None:
+        seen.append(kwargs)
+
+    lock_lost.connect(record, weak=False)
+    yield seen
+    lock_lost.disconnect(record)
+
+
+# 1. A nested acquire after the outer lease ended -------------------------------------------
+
+
+def test_nested_acquire__after_the_outer_lease_ended_and_another_held__raises_lost(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis, losses: list[dict[str, Any]]
+) -> None:
+    name = "fault:nested"
+    told: list[object] = []
+    outer = lock(name, ttl=0.3, auto_renew=False, on_lost=told.append)
+    with pytest.raises(LockLostError), outer:
+        time.sleep(0.5)  # the lease ends; another process takes the lock and frees it
+        child = start(fault_workers.take_and_release, redis_url, prefix, name, 0.0)
+        pop(raw_redis, f"{prefix}:released")
+        child.join(30)
+        with outer:  # must not silently take a new hold in place of the lost one
+            pytest.fail("the nested block ran as if the outer hold were still held")
+    assert outer.lost
+    assert told == [outer]
+    assert [signal["reason"] for signal in losses] == [
+        "its lease ended before a nested acquire"
+    ]
+    assert not outer.locked(), "the refused nested acquire left a hold behind"
+
+
+def test_nested_acquire__while_another_process_holds__never_frees_its_hold(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis
+) -> None:
+    name = "fault:nested-held"
+    outer = lock(name, ttl=0.3, auto_renew=False)
+    with pytest.raises(LockLostError), outer:
+        time.sleep(0.5)
+        child = start(fault_workers.take_and_release, redis_url, prefix, name, 3.0)
+        taken = int(pop(raw_redis, f"{prefix}:taken"))
+        with outer:
+            pytest.fail("the nested block ran beside another holder")
+    [holder] = locks["default"].lock_info(name)
+    assert holder.fencing_token == taken, "the other process's hold was freed"
+    pop(raw_redis, f"{prefix}:released")
+    child.join(30)
+
+
+async def test_nested_acquire__asyncio__after_the_outer_lease_ended__raises_lost(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis
+) -> None:
+    name = "fault:nested-async"
+    outer = alock(name, ttl=0.3, auto_renew=False)
+    with pytest.raises(LockLostError):
+        async with outer:
+            await asyncio.sleep(0.5)
+            child = start(fault_workers.take_and_release, redis_url, prefix, name, 0.0)
+            await asyncio.to_thread(pop, raw_redis, f"{prefix}:released")
+            child.join(30)
+            async with outer:
+                pytest.fail("the nested block ran as if the outer hold were still held")
+    assert outer.lost
+    assert not await outer.locked()
+
+
+def test_nested_acquire__of_a_live_hold_through_another_handle_counts_one_hold() -> None:
+    name = "fault:nested-two-handles"
+    with lock(name, ttl=5) as outer:
+        with lock(name, ttl=5) as inner:
+            assert inner.fencing_token == outer.fencing_token
+            [holder] = locks["default"].lock_info(name)
+            assert holder.holds == 2
+        [holder] = locks["default"].lock_info(name)
+        assert holder.holds == 1, "the inner release must leave the outer hold"
+        assert not outer.lost
+    assert not outer.locked()
+
+
+# 2. A waiter paused while blocked ----------------------------------------------------------
+
+
+def test_handoff__a_waiter_paused_past_its_grant_waits_again_instead_of_overlapping(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis
+) -> None:
+    name = "fault:paused-waiter"
+    holder = lock(name, ttl=30, owner="first")
+    assert holder.acquire()
+    waiter = start(fault_workers.hold_and_log, redis_url, prefix, name, 30.0, 0.2)
+    pop(raw_redis, f"{prefix}:ready")
+    eventually(lambda: queued(raw_redis, prefix, name) == 1)
+    assert waiter.pid is not None
+    os.kill(waiter.pid, signal.SIGSTOP)
+    try:
+        holder.release()  # handed to the frozen waiter: a grant it cannot claim
+        second = lock(name, ttl=30, owner="second")
+        started = time.monotonic()
+        assert second.acquire(timeout=5), "a grant nobody claims must lapse"
+        took = time.monotonic() - started
+        assert took < 2.5, f"an unclaimed grant held the lock for {took:.2f}s"
+        os.kill(waiter.pid, signal.SIGCONT)
+        time.sleep(1.0)  # the waiter's wake-up arrives late: it must not enter now
+        assert raw_redis.llen(f"{prefix}:entered") == 0, "the paused waiter ran beside us"
+        entered_before = time.monotonic_ns()
+        second.release()
+    finally:
+        os.kill(waiter.pid, signal.SIGCONT)
+    token, at = pop(raw_redis, f"{prefix}:entered").split()
+    assert int(at) > entered_before
+    lease = float(pop(raw_redis, f"{prefix}:lease"))
+    assert lease > 25, f"a handed-over lock came with a {lease}s lease, not the 30s asked"
+    waiter.join(30)
+    assert waiter.exitcode == 0
+    assert raw_redis.llen(f"{prefix}:lost") == 0
+
+
+def test_handoff__a_waiter_killed_before_claiming_holds_others_back_briefly(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis
+) -> None:
+    name = "fault:killed-waiter"
+    holder = lock(name, ttl=30, owner="first")
+    assert holder.acquire()
+    doomed = start(fault_workers.hold_and_log, redis_url, prefix, name, 30.0, 0.2)
+    pop(raw_redis, f"{prefix}:ready")
+    eventually(lambda: queued(raw_redis, prefix, name) == 1)
+    assert doomed.pid is not None
+    os.kill(doomed.pid, signal.SIGSTOP)  # frozen in its wait, then killed before it claims
+    acquired_at: list[float] = []
+
+    def wait_behind() -> None:
+        handle = lock(name, ttl=30, owner="next")
+        if handle.acquire(timeout=20):
+            acquired_at.append(time.monotonic())
+            handle.release()
+
+    thread = threading.Thread(target=wait_behind)
+    thread.start()
+    eventually(lambda: queued(raw_redis, prefix, name) == 2)
+    released_at = time.monotonic()
+    holder.release()  # handed to the first in line: the frozen one
+    os.kill(doomed.pid, signal.SIGKILL)
+    thread.join(30)
+    doomed.join(30)
+    assert acquired_at, "the next waiter never got the lock"
+    delay = acquired_at[0] - released_at
+    assert delay < 3.0, f"a dead waiter held the lock back {delay:.2f}s after the release"
+
+
+def test_handoff__the_holder_gets_the_lease_it_asked_for() -> None:
+    name = "fault:handoff-lease"
+    holder = lock(name, ttl=30, owner="first")
+    assert holder.acquire()
+    leases: list[float | None] = []
+
+    def wait() -> None:
+        with lock(name, ttl=20, timeout=10, auto_renew=False) as taken:
+            leases.append(taken.ttl())
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    eventually(lambda: bool(locks["default"].lock_info(name)) and queued_any(name))
+    holder.release()
+    thread.join(30)
+    assert leases and leases[0] is not None and leases[0] > 19
+
+
+def queued_any(name: str) -> bool:
+    backend: Any = locks["default"]
+    return int(backend.client.zcard(backend.key(name, "q"))) > 0
+
+
+# 3. An acquire that timed out on a frozen server -------------------------------------------
+
+
+def own_locks(server: RedisServer, **options: Any) -> dict[str, Any]:
+    return {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": server.url, "socket_timeout": 0.5, **options},
+        }
+    }
+
+
+def warm_up() -> None:
+    """Have the server load the scripts, so that a call queued while it is frozen runs."""
+    with lock("fault:warm-up", ttl=1):
+        pass
+
+
+def held_count(server: RedisServer, name: str) -> list[tuple[str, int]]:
+    return [(info.owner, info.holds) for info in locks["default"].lock_info(name)]
+
+
+def test_timed_out_acquire__its_late_hold_is_withdrawn_when_the_server_answers(
+    own_server: RedisServer,
+) -> None:
+    name = "fault:phantom"
+    with override_settings(LOCKS=own_locks(own_server)):
+        handle = lock(name, ttl=30)
+        warm_up()
+        own_server.pause()
+        try:
+            with pytest.raises(BackendUnavailableError):
+                handle.acquire()
+        finally:
+            own_server.resume()  # the queued acquire now runs: a hold nobody knows of
+        started = time.monotonic()
+        eventually(lambda: held_count(own_server, name) == [], timeout=5)
+        assert time.monotonic() - started < 3, "the late hold was left to its 30s lease"
+        assert not handle.lost
+
+
+def test_timed_out_acquire__a_retry_never_inherits_the_late_hold(
+    own_server: RedisServer,
+) -> None:
+    name = "fault:phantom-retry"
+    with override_settings(LOCKS=own_locks(own_server)):
+        handle = lock(name, ttl=30)
+        warm_up()
+        own_server.pause()
+        try:
+            with pytest.raises(BackendUnavailableError):
+                handle.acquire()
+        finally:
+            own_server.resume()
+        assert handle.acquire(), "the retry failed"
+        assert [holds for _, holds in held_count(own_server, name)] == [1], (
+            "server and client disagree on the hold count"
+        )
+        handle.release()
+        assert held_count(own_server, name) == [], "the lock stayed held after the release"
+        time.sleep(1.5)  # the withdrawal of the failed attempt must not touch a later hold
+        assert handle.acquire()
+        time.sleep(1.5)
+        assert handle.owned()
+        handle.release()
+
+
+def test_timed_out_wait__its_registration_never_swallows_a_grant(
+    own_server: RedisServer,
+) -> None:
+    name = "fault:phantom-wait"
+    # Waits of 1.5s: the registration outlives the time-out of the wait that made it.
+    with override_settings(LOCKS=own_locks(own_server, socket_timeout=2)):
+        holder = lock(name, ttl=30, owner="holder")
+        assert holder.acquire()
+        failed: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                lock(name, ttl=30, timeout=20).acquire()
+            except BackendUnavailableError as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=wait)
+        thread.start()
+        eventually(lambda: queued_any(name))
+        own_server.pause()
+        thread.join(10)
+        time.sleep(0.2)  # the withdrawal is sent, and waits for the server too
+        own_server.resume()
+        assert failed, "the wait did not fail while the server was frozen"
+        holder.release()  # the withdrawn waiter must not be handed the lock
+        started = time.monotonic()
+        third = lock(name, ttl=30, owner="third")
+        assert third.acquire(timeout=5)
+        assert time.monotonic() - started < 0.5, "a grant went to the waiter that gave up"
+        third.release()
+        eventually(lambda: not queued_any(name), timeout=5)
+
+
+async def test_timed_out_acquire__asyncio__its_late_hold_is_withdrawn(
+    own_server: RedisServer,
+) -> None:
+    name = "fault:phantom-async"
+    with override_settings(LOCKS=own_locks(own_server)):
+        handle = alock(name, ttl=30)
+        async with alock("fault:warm-up"):
+            pass
+        own_server.pause()
+        try:
+            with pytest.raises(BackendUnavailableError):
+                await handle.acquire()
+        finally:
+            own_server.resume()
+        assert await handle.acquire()
+        assert [holds for _, holds in held_count(own_server, name)] == [1]
+        await handle.release()
+        assert held_count(own_server, name) == []
+
+
+# 4. One frozen server never costs another its leases ---------------------------------------
+
+
+def test_renewal__a_frozen_alias_never_delays_a_healthy_one(redis_url: str) -> None:
+    with RedisServer() as frozen:
+        setting = {
+            "default": {
+                "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+                "OPTIONS": {"url": redis_url, "key_prefix": "healthy"},
+            },
+            "frozen": {
+                "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+                "OPTIONS": {"url": frozen.url, "socket_timeout": 5},
+            },
+        }
+        with override_settings(LOCKS=setting):
+            on_frozen = lock("fault:frozen", ttl=1.5, using="frozen", raise_on_lost=False)
+            healthy = lock("fault:healthy", ttl=1.5)
+            with on_frozen, healthy:
+                frozen.pause()
+                try:
+                    time.sleep(4.5)  # three leases of the healthy lock
+                    assert not healthy.lost, "a frozen server cost another its lease"
+                    assert healthy.owned()
+                finally:
+                    frozen.resume()
