@@ -20,6 +20,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
+from redis.exceptions import AskError, MovedError
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
@@ -28,6 +29,9 @@ from .base import LockInfo
 from .redis import RedisBackend, _seconds
 
 __all__ = ["RedisClusterBackend"]
+
+#: The replies of a primary that no longer (or not yet) serves a lock's slot.
+_REDIRECTED = (MovedError, AskError)
 
 
 class RedisClusterBackend(RedisBackend):
@@ -137,16 +141,28 @@ class RedisClusterBackend(RedisBackend):
         results: list[float | LockError | None] = [None] * len(leases)
         keys = [self.key(name) for name, _, _ in leases]
         for node, indexes in self._by_primary(keys).values():
+            batch = [leases[i] for i in indexes]
             try:
-                replies = self._renew_on(node.redis_connection, [leases[i] for i in indexes])
+                replies = self._renew_on(node.redis_connection, batch, keep=_REDIRECTED)
             except redis.RedisError as exc:
                 error = self._unavailable(exc, None)
                 for index in indexes:
                     results[index] = error
                 continue
             for index, reply in zip(indexes, replies, strict=True):
-                results[index] = _seconds(reply)
+                if isinstance(reply, _REDIRECTED):
+                    # The slot moved (resharding): once more through the cluster client,
+                    # which follows MOVED and ASK and learns the new slot table.
+                    results[index] = self._renew_redirected(*leases[index])
+                else:
+                    results[index] = _seconds(reply)
         return results
+
+    def _renew_redirected(self, name: str, owner: str, ttl: float) -> float | LockError | None:
+        try:
+            return self.extend(name, owner, ttl, replace=True)
+        except LockError as exc:
+            return exc
 
     # Listing: every primary ------------------------------------------------------------------
 

@@ -415,8 +415,16 @@ class RedisBackend(RedisKeyspace):
         with self._errors(None):
             return [_seconds(reply) for reply in self._renew_on(self.client, leases)]
 
-    def _renew_on(self, client: Any, leases: Sequence[tuple[str, str, float]]) -> list[Any]:
-        """Renew ``leases`` in one pipeline on ``client``; raise the first error of any."""
+    def _renew_on(
+        self,
+        client: Any,
+        leases: Sequence[tuple[str, str, float]],
+        keep: tuple[type[Exception], ...] = (),
+    ) -> list[Any]:
+        """Renew ``leases`` in one pipeline on ``client``; raise the first error of any.
+
+        Errors of the ``keep`` types stand in the list instead, in the place of their lease.
+        """
         sha, text = self._scripts["extend"]
         for attempt in range(2):
             pipe = client.pipeline(transaction=False)
@@ -429,7 +437,7 @@ class RedisBackend(RedisKeyspace):
                 continue
             break
         for reply in replies:
-            if isinstance(reply, redis.RedisError):
+            if isinstance(reply, redis.RedisError) and not isinstance(reply, keep):
                 raise reply
         return replies
 
