@@ -32,7 +32,8 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
-from .holds import Hold, held, known_holds, new_attempt
+from .holds import Hold, held, known_holds
+from .owner import new_attempt
 from .renewal import Lease, renewer
 
 __all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps"]

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 import os
-import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +30,7 @@ if TYPE_CHECKING:
     from ._handle import LockHandle
     from .backends.base import BaseLockBackend
 
-__all__ = ["Hold", "held", "known_holds", "new_attempt"]
+__all__ = ["Hold", "held", "known_holds"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -133,23 +131,8 @@ def known_holds(backend: BaseLockBackend, name: str, owner: str) -> int:
     return 0 if hold is None else hold.count
 
 
-_attempt_prefix = secrets.token_hex(4)
-_attempts = itertools.count()
-
-
-def new_attempt() -> str:
-    """Return an id for one acquire call, unique among this process's calls."""
-    return f"{_attempt_prefix}.{next(_attempts):x}"
-
-
-def _forget_in_child() -> None:
-    # A forked child holds nothing of its parent's, and numbers its attempts apart.
-    global _attempt_prefix  # noqa: PLW0603
-    held.clear()
-    _attempt_prefix = secrets.token_hex(4)
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+# A forked child holds nothing of its parent's.
+os.register_at_fork(after_in_child=held.clear)
 
 
 #: Signals being sent by tasks, kept until sent (an event loop holds its tasks weakly).

@@ -1,8 +1,13 @@
-"""Who owns a lock: one random token per thread, or per asyncio task; new in a forked child."""
+"""Who owns a lock: one random token per thread, or per asyncio task; new in a forked child.
+
+Each acquire call also has an id of its own (:func:`new_attempt`), so that what one call did
+can be undone later without touching what another call of the same owner did.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import secrets
 import threading
@@ -10,7 +15,7 @@ import weakref
 
 from .exceptions import LockError
 
-__all__ = ["current_owner", "current_task_owner"]
+__all__ = ["current_owner", "current_task_owner", "new_attempt"]
 
 _owner = threading.local()
 _task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()
@@ -39,11 +44,22 @@ def current_task_owner() -> str:
     return token
 
 
+_attempt_prefix = secrets.token_hex(4)
+_attempts = itertools.count()
+
+
+def new_attempt() -> str:
+    """Return an id for one acquire call, unique among this process's calls."""
+    return f"{_attempt_prefix}.{next(_attempts):x}"
+
+
 def _forget_owners_in_child() -> None:
-    # A forked child is a new owner: it must not release or extend its parent's locks.
-    global _owner, _task_owners  # noqa: PLW0603
+    # A forked child is a new owner: it must not release or extend its parent's locks. It
+    # numbers its acquire calls apart from its parent's, too.
+    global _owner, _task_owners, _attempt_prefix  # noqa: PLW0603
     _owner = threading.local()
     _task_owners = weakref.WeakKeyDictionary()
+    _attempt_prefix = secrets.token_hex(4)
 
 
 os.register_at_fork(after_in_child=_forget_owners_in_child)

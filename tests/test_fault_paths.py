@@ -85,9 +85,7 @@ def test_nested_acquire__after_the_outer_lease_ended_and_another_held__raises_lo
             pytest.fail("the nested block ran as if the outer hold were still held")
     assert outer.lost
     assert told == [outer]
-    assert [signal["reason"] for signal in losses] == [
-        "its lease ended before a nested acquire"
-    ]
+    assert [signal["reason"] for signal in losses] == ["its lease ended before a nested acquire"]
     assert not outer.locked(), "the refused nested acquire left a hold behind"
 
 

@@ -327,9 +327,7 @@ class BaseLockBackend:
             attempt=attempt,
         )
 
-    async def arelease(
-        self, name: str, owner: str, holds: int | None = None
-    ) -> int | None:
+    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
         return await sync_to_async(self.release, thread_sensitive=False)(name, owner, holds)
 
@@ -349,9 +347,7 @@ class BaseLockBackend:
         """Do what :meth:`wait` does, without blocking the event loop."""
         return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
 
-    async def awithdraw(
-        self, name: str, owner: str, holds: int = 0, attempt: str = ""
-    ) -> int:
+    async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Do what :meth:`withdraw` does, without blocking the event loop."""
         return await sync_to_async(self.withdraw, thread_sensitive=False)(
             name, owner, holds, attempt

@@ -281,9 +281,7 @@ class LocMemBackend(BaseLockBackend):
             attempt=attempt,
         )
 
-    async def arelease(
-        self, name: str, owner: str, holds: int | None = None
-    ) -> int | None:
+    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         return self.release(name, owner, holds)
 
     async def aextend(
@@ -294,9 +292,7 @@ class LocMemBackend(BaseLockBackend):
     async def attl(self, name: str, owner: str | None = None) -> float | None:
         return self.ttl(name, owner)
 
-    async def awithdraw(
-        self, name: str, owner: str, holds: int = 0, attempt: str = ""
-    ) -> int:
+    async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         return self.withdraw(name, owner, holds, attempt)
 
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:

@@ -220,7 +220,17 @@ class RedisBackend(RedisKeyspace):
         wait_ms = _ms(wait) if wait > 0 else 0
         known = _COUNT_HERE if holds is None else holds
         flags = _FLAGS[fair, claim] if flags is None else flags
-        return [owner, _ms(ttl), limit, metadata, self._fencing_arg, wait_ms, flags, known, attempt]
+        return [
+            owner,
+            _ms(ttl),
+            limit,
+            metadata,
+            self._fencing_arg,
+            wait_ms,
+            flags,
+            known,
+            attempt,
+        ]
 
     # Primitives ------------------------------------------------------------------------------
 
@@ -370,9 +380,7 @@ class RedisBackend(RedisKeyspace):
         )
         return _acquired(await self._arun("acquire", name, args))
 
-    async def arelease(
-        self, name: str, owner: str, holds: int | None = None
-    ) -> int | None:
+    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         return _count(await self._arun("release", name, self._release_args(owner, holds)))
 
     async def aextend(
@@ -397,9 +405,7 @@ class RedisBackend(RedisKeyspace):
             raise self._unavailable(exc, name) from exc
         return _granted(reply)
 
-    async def awithdraw(
-        self, name: str, owner: str, holds: int = 0, attempt: str = ""
-    ) -> int:
+    async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
 
     async def aclose(self) -> None:

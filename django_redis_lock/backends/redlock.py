@@ -74,13 +74,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import os
 import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, ClassVar, TypeVar
 
@@ -90,6 +91,7 @@ from ..exceptions import (
     InvalidLockBackendError,
     LockError,
 )
+from ..owner import new_attempt
 from ._redis_options import CONNECTION_OPTIONS, URL_SCHEMES, redact_url
 from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, option_seconds
 from .redis import RedisBackend
@@ -103,6 +105,12 @@ _FIRST_RETRY, _LAST_RETRY = 0.003, 0.05
 
 #: How many (name, owner) fencing tokens and retry counters are remembered at most.
 _MEMORY = 65536
+
+#: Calls that may wait on one master at once; past that, it counts as not answering.
+_THREADS_PER_MASTER = 8
+
+#: The longest a settled call waits for the masters that have not answered yet (seconds).
+_GRACE = 0.005
 
 
 def _answer(left: float | LockError | None) -> float | _Failed | None:
@@ -175,7 +183,8 @@ class RedlockBackend(BaseLockBackend):
         # The longest a fan-out of one-round-trip calls waits for its answers: a master that
         # has not answered by then counts as unavailable (its call ends on its own).
         self._bound = self.socket_timeout + self.socket_connect_timeout + 0.25
-        self._pool: ThreadPoolExecutor | None = None
+        self._pools: list[ThreadPoolExecutor] | None = None
+        self._outstanding: list[int] = []
         self._pool_pid = 0
         self._memory_lock = threading.Lock()
         # (name, owner) -> the fencing token of that owner's current hold, so a reentrant
@@ -183,6 +192,9 @@ class RedlockBackend(BaseLockBackend):
         self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
         # (name, owner) -> the number of retries so far, for the growing sleeps of wait().
         self._retries: OrderedDict[tuple[str, str], int] = OrderedDict()
+        # (name, owner) -> the masters' id of the owner's last try (see acquire).
+        self._tries: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._try_numbers = itertools.count()
 
     @classmethod
     def option_problems(cls, options: dict[str, Any]) -> list[str]:
@@ -222,19 +234,46 @@ class RedlockBackend(BaseLockBackend):
 
     # Fan-out ---------------------------------------------------------------------------------
 
-    def _executor(self) -> ThreadPoolExecutor:
-        pool = self._pool
-        if pool is None or self._pool_pid != os.getpid():
+    def _executors(self) -> list[ThreadPoolExecutor]:
+        pools = self._pools
+        if pools is None or self._pool_pid != os.getpid():
             with self._memory_lock:
-                if self._pool is None or self._pool_pid != os.getpid():
-                    # A forked child has none of its parent's threads: it builds its own pool.
-                    self._pool = ThreadPoolExecutor(
-                        max_workers=min(64, 8 * len(self.nodes)),
-                        thread_name_prefix="django-redis-lock-redlock",
-                    )
+                if self._pools is None or self._pool_pid != os.getpid():
+                    # A forked child has none of its parent's threads: it builds its own pools.
+                    self._pools = [
+                        ThreadPoolExecutor(
+                            max_workers=_THREADS_PER_MASTER,
+                            thread_name_prefix=f"django-redis-lock-redlock-{index}",
+                        )
+                        for index in range(len(self.nodes))
+                    ]
+                    self._outstanding = [0] * len(self.nodes)
                     self._pool_pid = os.getpid()
-                pool = self._pool
-        return pool
+                pools = self._pools
+        return pools
+
+    def _submit(self, index: int, call: Callable[[RedisBackend], T]) -> Future[T]:
+        # Each master has threads of its own, so one that does not answer ties up only its
+        # own; past a few calls outstanding it is not asked at all until it answers again.
+        pools = self._executors()
+        with self._memory_lock:
+            busy = self._outstanding[index] >= _THREADS_PER_MASTER
+            if not busy:
+                self._outstanding[index] += 1
+        if busy:
+            url = redact_url(self.nodes[index].url)
+            refused: Future[T] = Future()
+            refused.set_exception(
+                BackendUnavailableError(f"Redis at {url} has not answered earlier calls yet.")
+            )
+            return refused
+        future = pools[index].submit(call, self.nodes[index])
+        future.add_done_callback(lambda _: self._answered_one(index))
+        return future
+
+    def _answered_one(self, index: int) -> None:
+        with self._memory_lock:
+            self._outstanding[index] -= 1
 
     def _fan(
         self,
@@ -242,33 +281,56 @@ class RedlockBackend(BaseLockBackend):
         *,
         nodes: Sequence[int] | None = None,
         bounded: bool = True,
+        decided: Callable[[list[T | _Failed]], bool] | None = None,
     ) -> list[T | _Failed]:
         """Run ``call`` on every master (or those at ``nodes``) at once; return the outcomes.
 
         A master that raised BackendUnavailableError, or (``bounded``) did not answer within
-        the per-master timeouts, is a :class:`_Failed`; any other error propagates.
+        the per-master timeouts, is a :class:`_Failed`; any other error propagates. Given
+        ``decided`` (true of the answers so far once they settle the outcome), the masters
+        that have not answered by then are not waited for, and count as failed.
         """
         chosen = range(len(self.nodes)) if nodes is None else nodes
-        futures: list[Future[T]] = [
-            self._executor().submit(call, self.nodes[index]) for index in chosen
-        ]
-        wait_futures(futures, timeout=self._bound if bounded else None)
+        started = time.monotonic()
+        futures = {self._submit(index, call): index for index in chosen}
+        deadline = started + self._bound if bounded else None
+        pending = set(futures)
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done, pending = wait_futures(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done:
+                break  # the bound passed
+            if decided is not None and pending:
+                if decided([self._outcome(f) for f in futures if f.done()]):
+                    # Settled. The others get as long again as the quorum took (a few ms at
+                    # most), so healthy masters all answer, and a frozen one costs no more.
+                    grace = min(_GRACE, time.monotonic() - started)
+                    wait_futures(pending, timeout=grace)
+                    break
         outcomes: list[T | _Failed] = []
-        for index, future in zip(chosen, futures, strict=True):
+        for future, index in futures.items():
             if not future.done():
                 url = redact_url(self.nodes[index].url)
                 outcomes.append(
                     _Failed(BackendUnavailableError(f"Redis at {url} did not answer in time."))
                 )
                 continue
-            error = future.exception()
-            if error is None:
-                outcomes.append(future.result())
-            elif isinstance(error, BackendUnavailableError):
-                outcomes.append(_Failed(error))
-            else:
-                raise error
+            outcomes.append(self._outcome(future))
         return outcomes
+
+    def _outcome(self, future: Future[T]) -> T | _Failed:
+        error = future.exception()
+        if error is None:
+            return future.result()
+        if isinstance(error, BackendUnavailableError):
+            return _Failed(error)
+        raise error
+
+    def _settled(self, outcomes: list[Any]) -> bool:
+        """Return whether the answers so far settle a majority answer: confirmed or denied."""
+        confirmed = sum(isinstance(o, (int, float)) and not isinstance(o, bool) for o in outcomes)
+        denied = sum(o is None for o in outcomes)
+        return confirmed >= self.quorum or denied >= self.quorum
 
     def _unavailable(
         self, outcomes: Sequence[object], name: str | None, summary: str | None = None
@@ -326,7 +388,7 @@ class RedlockBackend(BaseLockBackend):
     # Remembered per (name, owner) ------------------------------------------------------------
 
     def _remember(
-        self, memory: OrderedDict[tuple[str, str], int], key: tuple[str, str], value: int
+        self, memory: OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: object
     ) -> None:
         with self._memory_lock:
             memory[key] = value
@@ -336,7 +398,12 @@ class RedlockBackend(BaseLockBackend):
 
     def _forget(self, name: str, owner: str | None = None) -> None:
         with self._memory_lock:
-            for memory in (self._tokens, self._retries):
+            memories: tuple[OrderedDict[tuple[str, str], Any], ...] = (
+                self._tokens,
+                self._retries,
+                self._tries,
+            )
+            for memory in memories:
                 if owner is not None:
                     memory.pop((name, owner), None)
                 else:
@@ -371,9 +438,16 @@ class RedlockBackend(BaseLockBackend):
         if not claim:
             with self._memory_lock:
                 self._retries.pop((name, owner), None)
+        # Each try has an id of its own on the masters: a failed one is withdrawn for good
+        # (a master that runs it late takes nothing), while the caller tries again.
+        try_id = f"{attempt or new_attempt()}~{next(self._try_numbers):x}"
+        self._remember(self._tries, (name, owner), try_id)
         started = time.monotonic()
         outcomes = self._fan(
-            lambda node: node.acquire(name, owner, ttl=ttl, metadata=metadata, wait=0.0)
+            lambda node: node.acquire(
+                name, owner, ttl=ttl, metadata=metadata, wait=0.0, holds=holds, attempt=try_id
+            ),
+            decided=self._acquire_settled,
         )
         elapsed = time.monotonic() - started
         grants = [
@@ -381,8 +455,8 @@ class RedlockBackend(BaseLockBackend):
             for index, o in enumerate(outcomes)
             if isinstance(o, AcquireResult) and o.acquired
         ]
-        holds = sorted((r.holds for _, r in grants), reverse=True)
-        reentrant = len(holds) >= self.quorum and holds[self.quorum - 1] > 1
+        counts = sorted((r.holds for _, r in grants), reverse=True)
+        reentrant = len(counts) >= self.quorum and counts[self.quorum - 1] > 1
         if len(grants) >= self.quorum:
             leases = sorted((r.lease or 0.0 for _, r in grants), reverse=True)
             lease = leases[self.quorum - 1]
@@ -394,29 +468,29 @@ class RedlockBackend(BaseLockBackend):
                 return AcquireResult(
                     True,
                     fencing_token=token,
-                    holds=holds[self.quorum - 1],
+                    holds=counts[self.quorum - 1],
                     lease=round(left, 3),
                 )
-        # Not acquired: give back what was taken, and what may have been where the answer was
-        # lost (unless too few answered: those masters are down, and waiting on them again
-        # would double the time to the error; what they may hold ends with its lease).
-        failed = [i for i, o in enumerate(outcomes) if isinstance(o, _Failed)]
-        keep = holds[self.quorum - 1] - 1 if reentrant else 0
-        undo = {index: r.holds - 1 for index, r in grants}
-        if len(outcomes) - len(failed) >= self.quorum:
-            undo.update(dict.fromkeys(failed, keep))
-        if undo:
-            self._fan(
-                lambda node: node.withdraw(name, owner, undo[self.nodes.index(node)]),
-                nodes=sorted(undo),
-            )
+        # Not acquired: withdraw the attempt on every master, without waiting for the slow
+        # ones. A master that runs the attempt only now (it was frozen) finds it withdrawn
+        # and takes nothing, so a failed owner never ends up holding a majority late.
+        self._fan(
+            lambda node: node.withdraw(name, owner, holds or 0, try_id),
+            decided=lambda answers: len(answers) >= self.quorum,
+        )
         self._answered(outcomes, name)  # fewer than a majority answered: unavailable
+        if holds and any(isinstance(o, AcquireResult) and o.lost for o in outcomes):
+            return AcquireResult(False, lost=True)
         waits = [
             o.retry_after
             for o in outcomes
             if isinstance(o, AcquireResult) and not o.acquired and o.retry_after
         ]
         return AcquireResult(False, retry_after=min(waits) if waits else None)
+
+    def _acquire_settled(self, outcomes: list[AcquireResult | _Failed]) -> bool:
+        granted = sum(isinstance(o, AcquireResult) and o.acquired for o in outcomes)
+        return granted >= self.quorum or len(outcomes) - granted > len(self.nodes) - self.quorum
 
     def _token(
         self, name: str, owner: str, grants: list[AcquireResult], *, reentrant: bool
@@ -434,7 +508,7 @@ class RedlockBackend(BaseLockBackend):
         return token
 
     def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        outcomes = self._fan(lambda node: node.release(name, owner, holds))
+        outcomes = self._fan(lambda node: node.release(name, owner, holds), decided=self._settled)
         left = self._majority(outcomes, name)
         if left is None or left == 0:
             self._forget(name, owner)
@@ -442,12 +516,15 @@ class RedlockBackend(BaseLockBackend):
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
         started = time.monotonic()
-        outcomes = self._fan(lambda node: node.extend(name, owner, ttl, replace=replace))
+        outcomes = self._fan(
+            lambda node: node.extend(name, owner, ttl, replace=replace), decided=self._settled
+        )
         return self._lease_left(self._majority(outcomes, name), time.monotonic() - started)
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         if owner is not None:
-            return self._lease_left(self._majority(self._fan(lambda n: n.ttl(name, owner)), name))
+            answers = self._fan(lambda n: n.ttl(name, owner), decided=self._settled)
+            return self._lease_left(self._majority(answers, name))
         # Any holder: the longest lease that a majority confirm for one and the same owner.
         outcomes = self._fan(lambda node: node.lock_info(name))
         by_owner: dict[str, list[float | _Failed | None]] = {}
@@ -485,7 +562,13 @@ class RedlockBackend(BaseLockBackend):
         return max(0.0, min(timeout, delay))
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        outcomes = self._fan(lambda node: node.withdraw(name, owner, holds))
+        if attempt:
+            with self._memory_lock:
+                last = self._tries.get((name, owner), "")
+            attempt = last if last.startswith(f"{attempt}~") else attempt
+        outcomes = self._fan(
+            lambda node: node.withdraw(name, owner, holds, attempt), decided=self._settled
+        )
         left = sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1]
         if left == 0:
             self._forget(name, owner)
@@ -508,7 +591,7 @@ class RedlockBackend(BaseLockBackend):
         return renewed
 
     def force_release(self, name: str, owner: str | None = None) -> int:
-        outcomes = self._fan(lambda node: node.force_release(name, owner))
+        outcomes = self._fan(lambda node: node.force_release(name, owner), decided=self._settled)
         self._forget(name, owner)
         return sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1]
 
@@ -519,9 +602,10 @@ class RedlockBackend(BaseLockBackend):
         for node in self.nodes:
             node.close()
         with self._memory_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None and self._pool_pid == os.getpid():
-            pool.shutdown(wait=False)
+            pools, self._pools = self._pools, None
+        if pools is not None and self._pool_pid == os.getpid():
+            for pool in pools:
+                pool.shutdown(wait=False)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(node.aclose() for node in self.nodes))

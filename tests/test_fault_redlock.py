@@ -1,0 +1,94 @@
+"""Redlock over three real masters while one or two of them are frozen (SIGSTOP)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_py
+from django.test import override_settings
+
+from django_redis_lock import BackendUnavailableError, lock, locks
+from django_redis_lock.backends.redlock import RedlockBackend
+from django_redis_lock.testing import RedisServer
+
+pytestmark = pytest.mark.slow
+
+BACKEND = "django_redis_lock.backends.redlock.RedlockBackend"
+
+
+@pytest.fixture
+def masters() -> Iterator[list[RedisServer]]:
+    servers = [RedisServer() for _ in range(3)]
+    try:
+        for server in servers:
+            server.start()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def redlock(masters: list[RedisServer], prefix: str) -> Iterator[RedlockBackend]:
+    """A 'default' Redlock alias; each master answers or fails within 2s."""
+    options = {
+        "urls": [server.url for server in masters],
+        "key_prefix": prefix,
+        "socket_timeout": 2,
+        "socket_connect_timeout": 2,
+    }
+    with override_settings(LOCKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
+        backend = locks["default"]
+        assert isinstance(backend, RedlockBackend)
+        with lock("fault:warm-up", ttl=1):  # every master has loaded the scripts
+            pass
+        yield backend
+
+
+def holders(server: RedisServer, redlock: RedlockBackend, name: str) -> list[bytes]:
+    client = redis_py.Redis.from_url(server.url)
+    try:
+        return list(client.zrange(redlock.nodes[0].key(name), 0, -1))
+    finally:
+        client.close()
+
+
+def test_one_master_frozen__calls_return_once_a_majority_answered(
+    masters: list[RedisServer], redlock: RedlockBackend
+) -> None:
+    masters[2].pause()
+    try:
+        slowest = 0.0
+        for round_ in range(10):
+            started = time.monotonic()
+            with lock(f"fault:quorum:{round_}", ttl=10, auto_renew=False):
+                pass
+            slowest = max(slowest, time.monotonic() - started)
+        # Each acquire and release settles with two masters: never the frozen one's 2s.
+        assert slowest < 0.5, f"an acquire and release took {slowest:.3f}s"
+    finally:
+        masters[2].resume()
+
+
+def test_two_masters_frozen__a_failed_acquire_holds_nothing_once_they_answer(
+    masters: list[RedisServer], redlock: RedlockBackend
+) -> None:
+    name = "fault:late"
+    handle = lock(name, ttl=30)
+    masters[1].pause()
+    masters[2].pause()
+    try:
+        with pytest.raises(BackendUnavailableError):
+            handle.acquire()
+    finally:
+        masters[1].resume()
+        masters[2].resume()
+    time.sleep(0.5)  # the frozen masters now run what was queued for them
+    assert [holders(server, redlock, name) for server in masters] == [[], [], []], (
+        "a failed acquire left holds on the masters that ran it late"
+    )
+    other = lock(name, ttl=30, owner="other")
+    assert other.acquire(blocking=False), "the failed owner still holds a majority"
+    other.release()
