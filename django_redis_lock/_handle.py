@@ -231,7 +231,15 @@ class LockHandle:
             ends = sent + (lease if result.lease is None else result.lease)
             if result.acquired and time.monotonic() < ends:
                 assert result.fencing_token is not None
-                self._held(backend, owner, result, attempt, ends, started, renew=renew)
+                self._held(
+                    backend,
+                    owner,
+                    result,
+                    attempt=attempt,
+                    ends=ends,
+                    started=started,
+                    renew=renew,
+                )
                 return True
             if result.acquired:
                 if hold is not None:
@@ -287,10 +295,10 @@ class LockHandle:
         backend: BaseLockBackend,
         owner: str,
         result: AcquireResult,
+        *,
         attempt: str,
         ends: float,
         started: float,
-        *,
         renew: bool,
     ) -> None:
         key = (backend, self.name, owner)

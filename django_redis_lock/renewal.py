@@ -198,8 +198,9 @@ class Renewer:
         except Exception:  # the thread must outlive any one failure
             logger.exception("Renewing %d lease(s) failed unexpectedly.", len(leases))
         finally:
+            items: list[Lease | Undo] = [*leases, *undos]
             with self._cond:
-                for item in [*leases, *undos]:
+                for item in items:
                     item.busy = False
                 self._cond.notify()
 

@@ -160,12 +160,14 @@ def test_handoff__a_waiter_paused_past_its_grant_waits_again_instead_of_overlapp
         os.kill(waiter.pid, signal.SIGCONT)
         time.sleep(1.0)  # the waiter's wake-up arrives late: it must not enter now
         assert raw_redis.llen(f"{prefix}:entered") == 0, "the paused waiter ran beside us"
-        entered_before = time.monotonic_ns()
+        entered_before, second_token = time.monotonic_ns(), second.fencing_token
         second.release()
     finally:
         os.kill(waiter.pid, signal.SIGCONT)
     token, at = pop(raw_redis, f"{prefix}:entered").split()
     assert int(at) > entered_before
+    assert second_token is not None
+    assert int(token) > second_token, "the waiter entered with a stale fencing token"
     lease = float(pop(raw_redis, f"{prefix}:lease"))
     assert lease > 25, f"a handed-over lock came with a {lease}s lease, not the 30s asked"
     waiter.join(30)
@@ -220,7 +222,9 @@ def test_handoff__the_holder_gets_the_lease_it_asked_for() -> None:
     eventually(lambda: bool(locks["default"].lock_info(name)) and queued_any(name))
     holder.release()
     thread.join(30)
-    assert leases and leases[0] is not None and leases[0] > 19
+    assert leases
+    assert leases[0] is not None
+    assert leases[0] > 19
 
 
 def queued_any(name: str) -> bool:

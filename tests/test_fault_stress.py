@@ -31,7 +31,8 @@ def backend(path: str, **options: object) -> dict[str, object]:
 def assert_explained(report: stress.Report) -> None:
     print(report.summary())
     assert report.acquisitions >= report.seconds, "too few acquisitions to mean anything"
-    assert report.pauses and report.kills
+    assert report.pauses
+    assert report.kills
     assert report.unexplained == [], "\n".join(report.unexplained[:20])
 
 

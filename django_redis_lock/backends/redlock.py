@@ -300,13 +300,15 @@ class RedlockBackend(BaseLockBackend):
             done, pending = wait_futures(pending, timeout=timeout, return_when=FIRST_COMPLETED)
             if not done:
                 break  # the bound passed
-            if decided is not None and pending:
-                if decided([self._outcome(f) for f in futures if f.done()]):
-                    # Settled. The others get as long again as the quorum took (a few ms at
-                    # most), so healthy masters all answer, and a frozen one costs no more.
-                    grace = min(_GRACE, time.monotonic() - started)
-                    wait_futures(pending, timeout=grace)
-                    break
+            if (
+                decided is not None
+                and pending
+                and decided([self._outcome(f) for f in futures if f.done()])
+            ):
+                # Settled. The others get as long again as the quorum took (a few ms at
+                # most), so healthy masters all answer, and a frozen one costs no more.
+                wait_futures(pending, timeout=min(_GRACE, time.monotonic() - started))
+                break
         outcomes: list[T | _Failed] = []
         for future, index in futures.items():
             if not future.done():
@@ -318,7 +320,8 @@ class RedlockBackend(BaseLockBackend):
             outcomes.append(self._outcome(future))
         return outcomes
 
-    def _outcome(self, future: Future[T]) -> T | _Failed:
+    def _outcome(self, future: Future[Any]) -> Any:
+        """Return what a master answered, or a :class:`_Failed` for one that failed."""
         error = future.exception()
         if error is None:
             return future.result()
@@ -326,7 +329,7 @@ class RedlockBackend(BaseLockBackend):
             return _Failed(error)
         raise error
 
-    def _settled(self, outcomes: list[Any]) -> bool:
+    def _settled(self, outcomes: Sequence[object]) -> bool:
         """Return whether the answers so far settle a majority answer: confirmed or denied."""
         confirmed = sum(isinstance(o, (int, float)) and not isinstance(o, bool) for o in outcomes)
         denied = sum(o is None for o in outcomes)
@@ -572,7 +575,7 @@ class RedlockBackend(BaseLockBackend):
         left = sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1]
         if left == 0:
             self._forget(name, owner)
-        return left
+        return int(left)
 
     def renew(
         self, leases: Sequence[tuple[str, str, float]]
@@ -593,7 +596,7 @@ class RedlockBackend(BaseLockBackend):
     def force_release(self, name: str, owner: str | None = None) -> int:
         outcomes = self._fan(lambda node: node.force_release(name, owner), decided=self._settled)
         self._forget(name, owner)
-        return sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1]
+        return int(sorted(self._answered(outcomes, name), reverse=True)[self.quorum - 1])
 
     def ping(self) -> None:
         self._answered(self._fan(lambda node: node.ping()), None)
