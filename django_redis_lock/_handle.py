@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import time
 from collections.abc import Callable, Generator
 from typing import Any
 
 from ._validation import (
+    validate_flag,
     validate_limit,
     validate_metadata,
     validate_name,
+    validate_on_lost,
+    validate_optional_flag,
+    validate_owner,
     validate_timeout,
     validate_ttl,
 )
 from .backends.base import AcquireResult, BaseLockBackend, Grant, holder_metadata
 from .conf import DEFAULT_ALIAS
-from .exceptions import (
-    InvalidLockArgumentError,
-    LockArgumentTypeError,
-    LockLostError,
-    LockNotOwnedError,
-)
+from .exceptions import InvalidLockArgumentError, LockLostError, LockNotOwnedError
 from .handler import locks
 from .holds import Hold, held, known_holds
 from .owner import new_attempt
@@ -51,7 +49,8 @@ REGISTRATION_MARGIN = 1.0
 #: waiter takes it within about two.
 WAIT_SLICE = 2.0
 
-_OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+#: How long an acquire left without an answer is withdrawn for, at most (seconds).
+UNDO_FOR = 60.0
 
 
 #: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a float: ``wait(it)``),
@@ -81,20 +80,7 @@ class LockHandle:
     ) -> None:
         self.name = validate_name(name)
         self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
-        for flag, value in (
-            ("blocking", blocking),
-            ("fair", fair),
-            ("raise_on_lost", raise_on_lost),
-        ):
-            if not isinstance(value, bool):
-                raise LockArgumentTypeError(
-                    f"{flag} must be True or False, got {value!r}.", lock_name=name
-                )
-        if auto_renew is not None and not isinstance(auto_renew, bool):
-            raise LockArgumentTypeError(
-                f"auto_renew must be None, True or False, got {auto_renew!r}.", lock_name=name
-            )
-        self.blocking = blocking
+        self.blocking = validate_flag(blocking, argument="blocking", lock_name=name)
         self.timeout = validate_timeout(timeout, lock_name=name)
         if not blocking and timeout is not None:
             raise InvalidLockArgumentError(
@@ -104,25 +90,16 @@ class LockHandle:
         self.using = using
         self.metadata = validate_metadata(metadata, lock_name=name)
         self.limit = validate_limit(limit, lock_name=name)
-        self.fair = fair
-        self.auto_renew = auto_renew
+        self.fair = validate_flag(fair, argument="fair", lock_name=name)
+        self.auto_renew = validate_optional_flag(auto_renew, argument="auto_renew", lock_name=name)
         self.max_hold = (
             None
             if max_hold is None
             else validate_ttl(max_hold, argument="max_hold", lock_name=name)
         )
-        if on_lost is not None and not callable(on_lost):
-            raise LockArgumentTypeError(
-                f"on_lost must be a callable taking the lock, got {on_lost!r}.", lock_name=name
-            )
-        self.on_lost = on_lost
-        self.raise_on_lost = raise_on_lost
-        if owner is not None and (not isinstance(owner, str) or not _OWNER.fullmatch(owner)):
-            raise InvalidLockArgumentError(
-                f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {owner!r}.",
-                lock_name=name,
-            )
-        self.owner = owner
+        self.on_lost = validate_on_lost(on_lost, lock_name=name)
+        self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost", lock_name=name)
+        self.owner = validate_owner(owner, lock_name=name)
         self._lost: set[str] = set()
         self._holder_cache: dict[str, tuple[int, bytes]] = {}
 
@@ -262,9 +239,6 @@ class LockHandle:
         self._lost_by(hold)("its lease ended before a nested acquire")
         return LockLostError(hold.lost_message(), lock_name=self.name)
 
-    def _holds_of(self, backend: BaseLockBackend, owner: str) -> int:
-        return known_holds(backend, self.name, owner)
-
     def _undo_acquire(self, backend: BaseLockBackend, owner: str, before: int) -> None:
         """Forget a hold counted by an acquire that was interrupted (the backend is told apart)."""
         key = (backend, self.name, owner)
@@ -279,7 +253,11 @@ class LockHandle:
         del held[key]
 
     def _withdraw_later(self, backend: BaseLockBackend, owner: str, attempt: str) -> None:
-        """Have the renewal thread undo ``attempt`` once the backend answers again."""
+        """Have the renewal thread undo ``attempt`` once the backend answers again.
+
+        Tried for as long as the server remembers a withdrawn attempt (a minute), and as long
+        as the attempt's lease: what it left after that has ended by itself.
+        """
         name = self.name
         renewer.withdraw_later(
             backend,
@@ -287,7 +265,7 @@ class LockHandle:
             owner,
             attempt,
             keep=lambda: known_holds(backend, name, owner),
-            until=time.monotonic() + self.lease + backend.max_wait + REGISTRATION_MARGIN,
+            until=time.monotonic() + max(UNDO_FOR, self.lease + backend.max_wait),
         )
 
     def _held(

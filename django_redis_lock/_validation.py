@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
@@ -100,3 +101,47 @@ def validate_metadata(value: object, *, lock_name: str | None = None) -> dict[st
             f"metadata must be JSON-serialisable: {exc} in {value!r}.", lock_name=lock_name
         ) from exc
     return dict(value)
+
+
+def validate_flag(value: object, *, argument: str, lock_name: str | None = None) -> bool:
+    """Return ``value`` if it is True or False."""
+    if not isinstance(value, bool):
+        raise LockArgumentTypeError(
+            f"{argument} must be True or False, got {value!r}.", lock_name=lock_name
+        )
+    return value
+
+
+def validate_optional_flag(
+    value: object, *, argument: str, lock_name: str | None = None
+) -> bool | None:
+    """Return ``value`` if it is None, True or False."""
+    if value is not None and not isinstance(value, bool):
+        raise LockArgumentTypeError(
+            f"{argument} must be None, True or False, got {value!r}.", lock_name=lock_name
+        )
+    return value
+
+
+def validate_on_lost(
+    value: object, *, lock_name: str | None = None
+) -> Callable[[Any], object] | None:
+    """Return ``value`` if it is None or a callable (it is called with the lock)."""
+    if value is not None and not callable(value):
+        raise LockArgumentTypeError(
+            f"on_lost must be a callable taking the lock, got {value!r}.", lock_name=lock_name
+        )
+    return value
+
+
+_OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
+
+
+def validate_owner(value: object, *, lock_name: str | None = None) -> str | None:
+    """Return ``value`` if it is None or a usable owner token."""
+    if value is not None and (not isinstance(value, str) or not _OWNER.fullmatch(value)):
+        raise InvalidLockArgumentError(
+            f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {value!r}.",
+            lock_name=lock_name,
+        )
+    return value

@@ -30,7 +30,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
-from .holds import Hold
+from .holds import Hold, known_holds
 from .owner import current_task_owner
 
 __all__ = ["AsyncLock", "alock"]
@@ -74,7 +74,7 @@ class AsyncLock(LockHandle):
 
     async def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
         backend, owner = locks[self.using], self._owner_token()
-        before = self._holds_of(backend, owner)
+        before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
         reply: AcquireResult | Grant | None
         attempt, cancels = "", _cancels()

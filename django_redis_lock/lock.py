@@ -28,6 +28,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .holds import known_holds
 from .owner import current_owner
 
 __all__ = ["Lock", "current_owner", "lock"]
@@ -85,16 +86,20 @@ class Lock(LockHandle):
         ``blocking=False`` one attempt is made. An owner that already holds the lock
         acquires it again at once (reentrancy); release it as many times.
 
-        A waiting owner is handed the lock by the release that frees it, at once. The lease
-        is renewed only with ``auto_renew=True`` (``with`` blocks and decorators renew
-        unless ``auto_renew=False``).
+        A waiting owner is handed the lock by the release that frees it, at once, and claims
+        it in one more round trip, so it returns with the lease it asked for. The lease is
+        renewed only with ``auto_renew=True`` (``with`` blocks and decorators renew unless
+        ``auto_renew=False``). A reentrant acquire whose lease has ended raises
+        :class:`LockLostError`. If the backend does not answer in time,
+        :class:`~django_redis_lock.BackendUnavailableError` is raised, and whatever the
+        attempt may still do on the server is withdrawn once it answers again.
         """
         blocking, timeout = self._acquire_arguments(blocking, timeout)
         return self._acquire(blocking, timeout, renew=self.auto_renew is True)
 
     def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
         backend, owner = locks[self.using], self._owner_token()
-        before = self._holds_of(backend, owner)
+        before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
         reply: AcquireResult | Grant | None
         attempt = ""

@@ -205,15 +205,18 @@ class Renewer:
                 self._cond.notify()
 
     def _withdraw(self, backend: BaseLockBackend, undos: list[Undo]) -> None:
-        for undo in undos:
+        for position, undo in enumerate(undos):
             sent = time.monotonic()
             try:
                 backend.withdraw(undo.name, undo.owner, undo.keep(), undo.attempt)
             except LockError:
                 # Again at once after a time-out (a frozen server runs it as it wakes), a
-                # little later after a quick refusal.
-                undo.due = max(time.monotonic(), sent + RETRY_AFTER_FAILURE)
-                continue
+                # little later after a quick refusal; the rest of the batch with it, as the
+                # server would not answer them either.
+                due = max(time.monotonic(), sent + RETRY_AFTER_FAILURE)
+                for waiting in undos[position:]:
+                    waiting.due = due
+                return
             except Exception:
                 logger.exception("Could not withdraw an attempt on lock %r.", undo.name)
             with self._cond:

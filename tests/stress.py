@@ -67,7 +67,12 @@ def worker(
 ) -> None:
     """Take ``name`` again and again until ``until`` (monotonic), logging what ran when."""
     _setup(setting)
+    import logging
+
     from django_redis_lock.signals import lock_lost
+
+    # Thousands of "gave up" and "lost" warnings: the worker's own log says what matters.
+    logging.getLogger("django_redis_lock").setLevel(logging.ERROR)
 
     log = _Log(log_path)
     log("pid", os.getpid())

@@ -250,6 +250,17 @@ def warm_up() -> None:
         pass
 
 
+def fail_while_frozen(server: RedisServer, handle: Any) -> None:
+    """Acquire while ``server`` is frozen (the call times out), then let the server run."""
+    warm_up()
+    server.pause()
+    try:
+        with pytest.raises(BackendUnavailableError):
+            handle.acquire()
+    finally:
+        server.resume()
+
+
 def held_count(server: RedisServer, name: str) -> list[tuple[str, int]]:
     return [(info.owner, info.holds) for info in locks["default"].lock_info(name)]
 
@@ -260,13 +271,7 @@ def test_timed_out_acquire__its_late_hold_is_withdrawn_when_the_server_answers(
     name = "fault:phantom"
     with override_settings(LOCKS=own_locks(own_server)):
         handle = lock(name, ttl=30)
-        warm_up()
-        own_server.pause()
-        try:
-            with pytest.raises(BackendUnavailableError):
-                handle.acquire()
-        finally:
-            own_server.resume()  # the queued acquire now runs: a hold nobody knows of
+        fail_while_frozen(own_server, handle)  # the queued acquire now runs: a hold unknown
         started = time.monotonic()
         eventually(lambda: held_count(own_server, name) == [], timeout=5)
         assert time.monotonic() - started < 3, "the late hold was left to its 30s lease"
@@ -279,13 +284,7 @@ def test_timed_out_acquire__a_retry_never_inherits_the_late_hold(
     name = "fault:phantom-retry"
     with override_settings(LOCKS=own_locks(own_server)):
         handle = lock(name, ttl=30)
-        warm_up()
-        own_server.pause()
-        try:
-            with pytest.raises(BackendUnavailableError):
-                handle.acquire()
-        finally:
-            own_server.resume()
+        fail_while_frozen(own_server, handle)
         assert handle.acquire(), "the retry failed"
         assert [holds for _, holds in held_count(own_server, name)] == [1], (
             "server and client disagree on the hold count"

@@ -12,6 +12,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.testing import RedisServer
+from django_redis_lock.topologies import IndependentMasters
 
 pytestmark = pytest.mark.slow
 
@@ -20,14 +21,8 @@ BACKEND = "django_redis_lock.backends.redlock.RedlockBackend"
 
 @pytest.fixture
 def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
+    with IndependentMasters(3) as independent:
+        yield independent.servers
 
 
 @pytest.fixture

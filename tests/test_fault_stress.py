@@ -9,13 +9,11 @@ length of the run on Redis (default 45); Redlock and Cluster run a third of it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from django_redis_lock.testing import RedisServer
-from django_redis_lock.topologies import RedisClusterServers
+from django_redis_lock.topologies import IndependentMasters, RedisClusterServers
 
 from . import stress
 
@@ -41,21 +39,10 @@ def test_stress__redis(redis_url: str, prefix: str, tmp_path: Path) -> None:
     assert_explained(stress.run(setting, tmp_path, processes=10, seconds=SECONDS))
 
 
-@pytest.fixture
-def masters() -> Iterator[list[RedisServer]]:
-    servers = [RedisServer() for _ in range(3)]
-    try:
-        for server in servers:
-            server.start()
-        yield servers
-    finally:
-        for server in servers:
-            server.stop()
-
-
-def test_stress__redlock(masters: list[RedisServer], prefix: str, tmp_path: Path) -> None:
-    setting = backend("redlock.RedlockBackend", urls=[m.url for m in masters], key_prefix=prefix)
-    report = stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3, asyncio_share=0)
+def test_stress__redlock(prefix: str, tmp_path: Path) -> None:
+    with IndependentMasters(3) as masters:
+        setting = backend("redlock.RedlockBackend", urls=masters.urls, key_prefix=prefix)
+        report = stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3, asyncio_share=0)
     assert_explained(report)
 
 
