@@ -377,3 +377,38 @@ def test_renewal__a_frozen_alias_never_delays_a_healthy_one(redis_url: str) -> N
                     assert healthy.owned()
                 finally:
                     frozen.resume()
+
+
+# asyncio: a cancellation the client library swallowed ---------------------------------------
+
+
+async def test_cancelled_acquire__always_ends_cancelled_and_leaves_the_lock_free() -> None:
+    """Cancel acquires at every point of their round trips; none may go on as if uncancelled.
+
+    redis-py's asyncio client can hand a reply to a task cancelled meanwhile as if the
+    cancellation never came; the lock raises it again.
+    """
+    name = "fault:cancelled-acquire"
+    went_on = 0
+    for round_ in range(120):
+        handle = alock(name, ttl=10)
+
+        async def take(handle: Any = handle) -> None:
+            assert await handle.acquire()
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                await handle.release()
+
+        task = asyncio.create_task(take())
+        for _ in range(round_ % 7):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=5)
+        if not done:
+            went_on += 1
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+        assert task.cancelled() or not done
+    assert went_on == 0, f"{went_on} cancelled acquires went on holding the lock"
+    assert not await alock(name).locked()
