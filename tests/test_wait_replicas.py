@@ -30,7 +30,8 @@ from .helpers import eventually
 
 pytestmark = pytest.mark.slow
 
-WAIT_TIMEOUT = 0.3
+#: Long enough for a replica on a loaded two-CPU machine to acknowledge.
+WAIT_TIMEOUT = 1.0
 
 
 def undone(name: str, acks: int = 0, required: int = 1) -> str:
@@ -176,7 +177,7 @@ def test_replica_down__acquire_raises_and_leaves_nothing(
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError, match=undone("durable:down")) as caught:
         handle.acquire()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2 * WAIT_TIMEOUT
     assert caught.value.lock_name == "durable:down"
     assert not handle.owned()
     nothing_left(primary, "durable:down")
@@ -252,7 +253,7 @@ def test_replica_down__a_waiter_handed_the_lock_fails_and_passes_it_on(
     assert re.fullmatch(undone(name), str(outcome["durable"]))
     assert outcome["next"] is True
     assert next_got_it.wait(0)
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 2 * WAIT_TIMEOUT + 1
     nothing_left(primary, name)
 
 
@@ -303,7 +304,7 @@ async def test_alock__waits_for_the_replica(
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError, match=undone("durable:async")):
         await handle.acquire()
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 2 * WAIT_TIMEOUT
     assert not await handle.owned()
     nothing_left(primary, "durable:async")
 
