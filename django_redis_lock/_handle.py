@@ -26,7 +26,7 @@ from ._validation import (
     validate_timeout,
     validate_ttl,
 )
-from .backends.base import AcquireResult, BaseLockBackend, Grant, holder_metadata
+from .backends.base import AcquireResult, BaseLockBackend, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockLostError, LockNotOwnedError
 from .handler import locks
@@ -53,9 +53,10 @@ WAIT_SLICE = 2.0
 UNDO_FOR = 60.0
 
 
-#: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a float: ``wait(it)``),
-#: is sent their replies, and returns whether the lock was acquired.
-Steps = Generator["dict[str, Any] | float", "AcquireResult | Grant | None", bool]
+#: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a pair (seconds,
+#: dict): ``wait_and_claim(seconds, **dict)``), is sent their replies, and returns whether
+#: the lock was acquired.
+Steps = Generator["dict[str, Any] | tuple[float, dict[str, Any]]", AcquireResult, bool]
 
 
 class LockHandle:
@@ -184,27 +185,27 @@ class LockHandle:
         # One id for every call of this acquire: a withdrawal undoes whatever any of them
         # registered or took (a grant to its registration included), and nothing later.
         attempt = new_attempt()
-        claim = False
+        pause: float | None = None  # after a first refusal: wait this long, then claim
         while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
+            remaining = None if deadline is None else deadline - time.monotonic() - (pause or 0)
             waiting = blocking and (remaining is None or remaining > 0)
             window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
-            sent = time.monotonic()
-            result = yield {
+            request = {
                 "ttl": lease,
                 "limit": self.limit,
                 "metadata": holder,
                 "fair": self.fair,
                 "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
-                "claim": claim,
                 "holds": known,
                 "attempt": attempt,
             }
-            assert isinstance(result, AcquireResult)
+            sent = time.monotonic()
+            result = yield request if pause is None else (pause, request)
             if result.lost:
                 assert hold is not None
                 raise self._lost_nested(hold)
-            # A lease that ended before this process saw the reply (it was paused) is no hold.
+            # A lease that ended before this process saw the reply (it was paused, or waited
+            # longer than the lease before its claim ran) is no hold.
             ends = sent + (lease if result.lease is None else result.lease)
             if result.acquired and time.monotonic() < ends:
                 assert result.fencing_token is not None
@@ -221,7 +222,8 @@ class LockHandle:
             if result.acquired:
                 if hold is not None:
                     raise self._lost_nested(hold)
-                continue  # try again: the lease, not the attempt, ended
+                pause = 0.0  # claim again at once: the lease, not the attempt, ended
+                continue
             if not waiting:
                 if blocking and timeout:
                     logger.warning(
@@ -232,8 +234,7 @@ class LockHandle:
                 return False
             # Woken by a handoff or not, the next attempt claims: a grant is short until
             # claimed, and the claim is refused if the grant has lapsed meanwhile.
-            yield min(window, result.retry_after or window, WAIT_SLICE)
-            claim = True
+            pause = min(window, result.retry_after or window, WAIT_SLICE)
 
     def _lost_nested(self, hold: Hold) -> LockLostError:
         self._lost_by(hold)("its lease ended before a nested acquire")

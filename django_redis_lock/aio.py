@@ -20,7 +20,7 @@ from typing import ParamSpec, TypeVar
 
 from ._handle import LockHandle
 from ._validation import validate_ttl
-from .backends.base import AcquireResult, BaseLockBackend, Grant
+from .backends.base import AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
     LockArgumentTypeError,
@@ -76,13 +76,14 @@ class AsyncLock(LockHandle):
         backend, owner = locks[self.using], self._owner_token()
         before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        reply: AcquireResult | Grant | None
+        reply: AcquireResult
         attempt, cancels = "", _cancels()
         try:
             call = next(steps)
             while True:
-                if isinstance(call, float):
-                    reply = await backend.await_grant(self.name, owner, call)
+                if isinstance(call, tuple):
+                    attempt = call[1]["attempt"]
+                    reply = await backend.await_and_claim(self.name, owner, call[0], **call[1])
                 else:
                     attempt = call["attempt"]
                     reply = await backend.aacquire(self.name, owner, **call)

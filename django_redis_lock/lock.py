@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from ._handle import LockHandle
 from ._validation import validate_ttl
-from .backends.base import AcquireResult, Grant
+from .backends.base import AcquireResult
 from .exceptions import (
     BackendUnavailableError,
     LockArgumentTypeError,
@@ -101,13 +101,14 @@ class Lock(LockHandle):
         backend, owner = locks[self.using], self._owner_token()
         before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        reply: AcquireResult | Grant | None
+        reply: AcquireResult
         attempt = ""
         try:
             call = next(steps)
             while True:
-                if isinstance(call, float):
-                    reply = backend.wait(self.name, owner, call)
+                if isinstance(call, tuple):
+                    attempt = call[1]["attempt"]
+                    reply = backend.wait_and_claim(self.name, owner, call[0], **call[1])
                 else:
                     attempt = call["attempt"]
                     reply = backend.acquire(self.name, owner, **call)

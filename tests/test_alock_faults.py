@@ -27,7 +27,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
-from django_redis_lock.backends.base import BaseLockBackend, Grant
+from django_redis_lock.backends.base import AcquireResult, BaseLockBackend
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.owner import current_owner, current_task_owner
@@ -286,30 +286,33 @@ async def test_race__cancelled_after_the_grant_arrived_drops_the_handed_lock(
     assert await holder.acquire()
     held_token = holder.fencing_token
     assert held_token is not None
-    real_await_grant = backend.await_grant
-    grants: list[Grant | None] = []
+    real_claim = backend.await_and_claim
+    claims: list[AcquireResult] = []
 
-    async def grant_then_cancelled(name_: str, owner: str, timeout: float) -> Grant | None:
+    async def claimed_then_cancelled(
+        name_: str, owner: str, timeout: float, **request: Any
+    ) -> AcquireResult:
         await holder.release()  # hands the lock to this waiter, on the backend
-        grants.append(await real_await_grant(name_, owner, timeout))
+        claims.append(await real_claim(name_, owner, timeout, **request))
         task = asyncio.current_task()
         assert task is not None
         task.cancel()
-        await asyncio.sleep(0)  # the cancellation lands here: the grant is never returned
+        await asyncio.sleep(0)  # the cancellation lands here: the claim is never returned
         raise AssertionError("not reached")
 
-    monkeypatch.setattr(backend, "await_grant", grant_then_cancelled)
+    monkeypatch.setattr(backend, "await_and_claim", claimed_then_cancelled)
     waiter = Waiter(name, using, auto_renew=True)
     await ends_cancelled(waiter.task)
     monkeypatch.undo()
 
-    [grant] = grants
-    assert isinstance(grant, Grant), "the lock was handed to the waiter before it was cancelled"
-    assert grant.fencing_token > held_token
+    [claim] = claims
+    assert claim.acquired, "the lock was handed to the waiter before it was cancelled"
+    assert claim.fencing_token is not None
+    assert claim.fencing_token > held_token
     assert not waiter.acquired
     assert backend.lock_info(name) == [], "the handed lock must be given up"
     assert traces(backend, raw_redis, name, waiter.owner) == set()
-    assert await free_for_another_owner(name, using, "next") > grant.fencing_token
+    assert await free_for_another_owner(name, using, "next") > claim.fencing_token
 
 
 # 3. Cancelled holding, cancelled releasing, cancelled by a timeout ------------------------------
@@ -810,14 +813,14 @@ def test_keyboard_interrupt__while_waiting_leaves_no_trace(
     owner = current_owner()
     seen: list[set[str]] = []
 
-    def interrupted_wait(name_: str, owner_: str, timeout: float) -> Grant | None:
+    def interrupted_wait(name_: str, owner_: str, timeout: float, **request: Any) -> None:
         assert (name_, owner_) == (name, owner)
         if handed_over:
             holder.release()  # the lock is this owner's now, on the backend
         seen.append(traces(backend, raw_redis, name, owner))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(backend, "wait", interrupted_wait)
+    monkeypatch.setattr(backend, "wait_and_claim", interrupted_wait)
     waiter = lock(name, using=using, auto_renew=True)
     baseline = len(renewer)
     with pytest.raises(KeyboardInterrupt):

@@ -139,24 +139,22 @@ def test_nested_acquire__of_a_live_hold_through_another_handle_counts_one_hold()
 # 2. A waiter paused while blocked ----------------------------------------------------------
 
 
-def test_handoff__a_waiter_paused_past_its_grant_waits_again_instead_of_overlapping(
+def test_handoff__a_waiter_paused_past_its_lease_waits_again_instead_of_overlapping(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis
 ) -> None:
+    """Handed the lock while stopped, the waiter resumes after its lease went to another."""
     name = "fault:paused-waiter"
     holder = lock(name, ttl=30, owner="first")
     assert holder.acquire()
-    waiter = start(fault_workers.hold_and_log, redis_url, prefix, name, 30.0, 0.2)
+    waiter = start(fault_workers.hold_and_log, redis_url, prefix, name, 1.0, 0.2)
     pop(raw_redis, f"{prefix}:ready")
     eventually(lambda: queued(raw_redis, prefix, name) == 1)
     assert waiter.pid is not None
     os.kill(waiter.pid, signal.SIGSTOP)
     try:
-        holder.release()  # handed to the frozen waiter: a grant it cannot claim
+        holder.release()  # handed to the stopped waiter, with the 1s lease it asked for
         second = lock(name, ttl=30, owner="second")
-        started = time.monotonic()
-        assert second.acquire(timeout=5), "a grant nobody claims must lapse"
-        took = time.monotonic() - started
-        assert took < 2.5, f"an unclaimed grant held the lock for {took:.2f}s"
+        assert second.acquire(timeout=5), "the stopped waiter's lease must end"
         os.kill(waiter.pid, signal.SIGCONT)
         time.sleep(1.0)  # the waiter's wake-up arrives late: it must not enter now
         assert raw_redis.llen(f"{prefix}:entered") == 0, "the paused waiter ran beside us"
@@ -169,13 +167,13 @@ def test_handoff__a_waiter_paused_past_its_grant_waits_again_instead_of_overlapp
     assert second_token is not None
     assert int(token) > second_token, "the waiter entered with a stale fencing token"
     lease = float(pop(raw_redis, f"{prefix}:lease"))
-    assert lease > 25, f"a handed-over lock came with a {lease}s lease, not the 30s asked"
+    assert lease > 0.5, f"a handed-over lock came with a {lease}s lease, not the 1s asked"
     waiter.join(30)
     assert waiter.exitcode == 0
     assert raw_redis.llen(f"{prefix}:lost") == 0
 
 
-def test_handoff__a_waiter_killed_before_claiming_holds_others_back_briefly(
+def test_handoff__a_waiter_killed_while_queued_holds_others_back_briefly(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis
 ) -> None:
     name = "fault:killed-waiter"
@@ -185,7 +183,6 @@ def test_handoff__a_waiter_killed_before_claiming_holds_others_back_briefly(
     pop(raw_redis, f"{prefix}:ready")
     eventually(lambda: queued(raw_redis, prefix, name) == 1)
     assert doomed.pid is not None
-    os.kill(doomed.pid, signal.SIGSTOP)  # frozen in its wait, then killed before it claims
     acquired_at: list[float] = []
 
     def wait_behind() -> None:
@@ -197,11 +194,11 @@ def test_handoff__a_waiter_killed_before_claiming_holds_others_back_briefly(
     thread = threading.Thread(target=wait_behind)
     thread.start()
     eventually(lambda: queued(raw_redis, prefix, name) == 2)
-    released_at = time.monotonic()
-    holder.release()  # handed to the first in line: the frozen one
-    os.kill(doomed.pid, signal.SIGKILL)
-    thread.join(30)
+    os.kill(doomed.pid, signal.SIGKILL)  # first in line, and gone: its registration stays
     doomed.join(30)
+    released_at = time.monotonic()
+    holder.release()  # handed to the first in line, who never claims it
+    thread.join(30)
     assert acquired_at, "the next waiter never got the lock"
     delay = acquired_at[0] - released_at
     assert delay < 3.0, f"a dead waiter held the lock back {delay:.2f}s after the release"

@@ -220,6 +220,19 @@ class BaseLockBackend:
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
 
+    def wait_and_claim(
+        self, name: str, owner: str, timeout: float, **request: Any
+    ) -> AcquireResult:
+        """:meth:`wait` up to ``timeout`` seconds, then claim: ``acquire(claim=True, **request)``.
+
+        Woken by a handoff or not, the claim settles what the wait found: it turns a grant
+        into the full lease, takes a free lock, or registers the owner again. Backends that
+        can send both at once (Redis, in one pipeline: the claim runs on the server as soon
+        as the wait ends) save the waiter a round trip after its wake-up.
+        """
+        self.wait(name, owner, timeout)
+        return self.acquire(name, owner, claim=True, **request)
+
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Undo an acquire or release of ``owner`` whose outcome it never learned.
 
@@ -346,6 +359,13 @@ class BaseLockBackend:
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
         """Do what :meth:`wait` does, without blocking the event loop."""
         return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
+
+    async def await_and_claim(
+        self, name: str, owner: str, timeout: float, **request: Any
+    ) -> AcquireResult:
+        """Do what :meth:`wait_and_claim` does, without blocking the event loop."""
+        await self.await_grant(name, owner, timeout)
+        return await self.aacquire(name, owner, claim=True, **request)
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Do what :meth:`withdraw` does, without blocking the event loop."""

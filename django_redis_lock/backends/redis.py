@@ -215,11 +215,10 @@ class RedisBackend(RedisKeyspace):
         claim: bool,
         holds: int | None,
         attempt: str,
-        flags: bytes | None = None,
     ) -> list[Any]:
         wait_ms = _ms(wait) if wait > 0 else 0
         known = _COUNT_HERE if holds is None else holds
-        flags = _FLAGS[fair, claim] if flags is None else flags
+        flags = _FLAGS[fair, claim]
         return [
             owner,
             _ms(ttl),
@@ -294,6 +293,52 @@ class RedisBackend(RedisKeyspace):
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
         return _granted(reply)
+
+    def wait_and_claim(
+        self, name: str, owner: str, timeout: float, **request: Any
+    ) -> AcquireResult:
+        # BLPOP and the claim in one pipeline: the server runs the claim the moment the wait
+        # ends, and the waiter wakes once, to both replies.
+        seconds = min(timeout, self.max_wait)
+        if self.wait_replicas or seconds < 0.001:
+            return super().wait_and_claim(name, owner, timeout, **request)
+        args = self._acquire_args(owner, claim=True, **request)
+        self._load("acquire")
+        pipe = self.client.pipeline(transaction=False)
+        queue: Callable[..., Any] = pipe.execute_command
+        queue("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
+        queue("EVALSHA", self._scripts["acquire"][0], 1, self.key(name), *args)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+        if isinstance(replies[1], NoScriptError):  # the server lost its scripts (a restart)
+            self._loaded.discard("acquire")
+            return _acquired(self._run("acquire", name, args))
+        if isinstance(replies[1], redis.RedisError):
+            raise self._unavailable(replies[1], name) from replies[1]
+        return _acquired(replies[1])
+
+    async def await_and_claim(
+        self, name: str, owner: str, timeout: float, **request: Any
+    ) -> AcquireResult:
+        seconds = min(timeout, self.max_wait)
+        if self.wait_replicas or seconds < 0.001:
+            return await super().await_and_claim(name, owner, timeout, **request)
+        args = self._acquire_args(owner, claim=True, **request)
+        pipe = (await self._async_clients.get()).pipeline(transaction=False)
+        queue: Callable[..., Any] = pipe.execute_command
+        queue("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
+        queue("EVALSHA", self._scripts["acquire"][0], 1, self.key(name), *args)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except redis.RedisError as exc:
+            raise self._unavailable(exc, name) from exc
+        if isinstance(replies[1], NoScriptError):  # claimed again, loading the script
+            return _acquired(await self._arun("acquire", name, args))
+        if isinstance(replies[1], redis.RedisError):
+            raise self._unavailable(replies[1], name) from replies[1]
+        return _acquired(replies[1])
 
     # wait_replicas: each acquire, then WAIT, on one connection -----------------------------
 
