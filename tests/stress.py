@@ -189,13 +189,16 @@ class Report:
     kills: int = 0
     losses: int = 0
     overlaps: int = 0
+    #: Overlaps with a holder that outlived an unrenewed lease and died before it looked.
+    outlived: int = 0
     unexplained: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
             f"{self.processes} processes for {self.seconds:.0f}s: {self.acquisitions} "
             f"acquisitions, {self.pauses} pauses, {self.kills} kills, {self.losses} losses "
-            f"reported, {self.overlaps} overlaps, {len(self.unexplained)} unexplained"
+            f"reported, {self.overlaps} overlaps ({self.outlived} with a holder that outlived an "
+            f"unrenewed lease and died), {len(self.unexplained)} unexplained"
         )
 
 
@@ -362,7 +365,11 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
             if first.token == second.token:
                 continue  # one hold, counted by two tasks of one process: not possible
             report.overlaps += 1
-            if not {first.token, second.token} & lost and not _outlived(first, second, death):
+            if {first.token, second.token} & lost:
+                continue
+            if _outlived(first, second, death):
+                report.outlived += 1
+            else:
                 report.unexplained.append(
                     f"tokens {first.token} (pid {first.pid}) and {second.token} "
                     f"(pid {second.pid}) ran at once; neither was told of a loss"

@@ -139,17 +139,25 @@ def test_nested_acquire__of_a_live_hold_through_another_handle_counts_one_hold()
 # 2. A waiter paused while blocked ----------------------------------------------------------
 
 
+def held_with_a_waiter(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis, name: str, ttl: float
+) -> tuple[Any, Any]:
+    """Hold ``name`` here, with a process queued for it (asking for ``ttl``); return both."""
+    holder = lock(name, ttl=30, owner="first")
+    assert holder.acquire()
+    waiter = start(fault_workers.hold_and_log, redis_url, prefix, name, ttl, 0.2)
+    pop(raw_redis, f"{prefix}:ready")
+    eventually(lambda: queued(raw_redis, prefix, name) == 1)
+    assert waiter.pid is not None
+    return holder, waiter
+
+
 def test_handoff__a_waiter_paused_past_its_lease_waits_again_instead_of_overlapping(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis
 ) -> None:
     """Handed the lock while stopped, the waiter resumes after its lease went to another."""
     name = "fault:paused-waiter"
-    holder = lock(name, ttl=30, owner="first")
-    assert holder.acquire()
-    waiter = start(fault_workers.hold_and_log, redis_url, prefix, name, 1.0, 0.2)
-    pop(raw_redis, f"{prefix}:ready")
-    eventually(lambda: queued(raw_redis, prefix, name) == 1)
-    assert waiter.pid is not None
+    holder, waiter = held_with_a_waiter(redis_url, prefix, raw_redis, name, 1.0)
     os.kill(waiter.pid, signal.SIGSTOP)
     try:
         holder.release()  # handed to the stopped waiter, with the 1s lease it asked for
@@ -177,12 +185,7 @@ def test_handoff__a_waiter_killed_while_queued_holds_others_back_briefly(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis
 ) -> None:
     name = "fault:killed-waiter"
-    holder = lock(name, ttl=30, owner="first")
-    assert holder.acquire()
-    doomed = start(fault_workers.hold_and_log, redis_url, prefix, name, 30.0, 0.2)
-    pop(raw_redis, f"{prefix}:ready")
-    eventually(lambda: queued(raw_redis, prefix, name) == 1)
-    assert doomed.pid is not None
+    holder, doomed = held_with_a_waiter(redis_url, prefix, raw_redis, name, 30.0)
     acquired_at: list[float] = []
 
     def wait_behind() -> None:
