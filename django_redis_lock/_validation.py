@@ -139,7 +139,12 @@ _OWNER = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
 
 def validate_owner(value: object, *, lock_name: str | None = None) -> str | None:
     """Return ``value`` if it is None or a usable owner token."""
-    if value is not None and (not isinstance(value, str) or not _OWNER.fullmatch(value)):
+    if value is not None and not isinstance(value, str):
+        raise LockArgumentTypeError(
+            f"owner must be None or a str, not {type(value).__name__}: {value!r}.",
+            lock_name=lock_name,
+        )
+    if value is not None and not _OWNER.fullmatch(value):
         raise InvalidLockArgumentError(
             f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {value!r}.",
             lock_name=lock_name,

@@ -164,4 +164,6 @@ def _trusted(address: str, proxies: list[ipaddress.IPv4Network | ipaddress.IPv6N
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return any(ip in network for network in proxies)
+    # A dual-stack server reports an IPv4 peer as ::ffff:a.b.c.d: it is that IPv4 address.
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return any(ip in network or (mapped is not None and mapped in network) for network in proxies)

@@ -118,3 +118,15 @@ def test_errors__are_lock_errors_and_builtin_errors() -> None:
     assert issubclass(InvalidLockArgumentError, ValueError)
     assert issubclass(LockArgumentTypeError, TypeError)
     assert issubclass(LockArgumentTypeError, InvalidLockArgumentError)
+
+
+@pytest.mark.parametrize("owner", [object(), b"a", 123, ["a"]])
+def test_owner__of_a_wrong_type_is_a_type_error(owner: Any) -> None:
+    with pytest.raises(LockArgumentTypeError, match="owner must be None or a str"):
+        lock("x", owner=owner)
+
+
+@pytest.mark.parametrize("owner", ["", "a b", "x" * 201, "é"])
+def test_owner__a_bad_value_is_a_value_error(owner: str) -> None:
+    with pytest.raises(InvalidLockArgumentError, match="owner must be 1 to 200"):
+        lock("x", owner=owner)

@@ -343,6 +343,13 @@ def test_key_ip__trusted_proxy__rightmost_untrusted_hop() -> None:
 
 
 @override_settings(LOCKS_TRUSTED_PROXIES=["10.0.0.0/8"])
+@pytest.mark.parametrize("peer", ["::ffff:10.0.0.5", "::ffff:a00:5"])
+def test_key_ip__a_trusted_proxy_reported_as_ipv4_mapped_ipv6_is_trusted(peer: str) -> None:
+    request = post(REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="6.6.6.6")
+    assert name_inside("ip", request) == "view:k:ip=6.6.6.6"
+
+
+@override_settings(LOCKS_TRUSTED_PROXIES=["10.0.0.0/8"])
 def test_key_ip__trusted_proxy__only_proxies_in_the_chain_gives_remote_addr() -> None:
     request = post(REMOTE_ADDR="10.1.2.3", HTTP_X_FORWARDED_FOR="10.0.0.9")
     assert name_inside("ip", request) == "view:k:ip=10.1.2.3"
