@@ -680,10 +680,11 @@ async def test_lost__renewal_finds_the_lock_taken_and_reports_it(
                     await eventually(lambda: handle.lost, timeout=5)
                     with pytest.raises(LockLostError):
                         await handle.check()
+        assert caught.value.lock_name == "acontract:stolen"
+        # on_lost runs after the signal is sent (from the renewal thread): then both are in.
+        await eventually(lambda: lost_calls == [handle], timeout=5)
     finally:
         lock_lost.disconnect(receiver)
-    assert caught.value.lock_name == "acontract:stolen"
-    await eventually(lambda: lost_calls == [handle], timeout=5)
     assert len(received) == 1
     assert received[0]["sender"] is AsyncLock
     assert received[0]["lock"] is handle

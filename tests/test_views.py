@@ -203,7 +203,8 @@ def test_two_processes_same_key__one_200_one_409(
     try:
         assert pop("inside") == b"one"
         children.append(start("B", "one"))
-        assert pop("answers") == b"B 409 7"
+        # Retry-After is the holder's lease left, rounded up: 7s, or 6s on a slow machine.
+        assert pop("answers") in {b"B 409 7", b"B 409 6"}
         # Another key runs beside the holder.
         children.append(start("C", "two"))
         assert pop("inside") == b"two"
