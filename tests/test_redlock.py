@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import multiprocessing
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -265,11 +264,7 @@ def test_three_masters_down__a_clear_error_within_bounded_time(
         lock("down", using="redlock").acquire(blocking=False)
     assert time.monotonic() - started < 2
     message = str(caught.value)
-    # The call returns once the three failures settle it: a healthy master that has not
-    # answered by then (a few ms later) is not waited for.
-    assert re.search(
-        r"only [12] of 5 Redis masters answered \(a majority of 3 is needed\)", message
-    )
+    assert "only 2 of 5 Redis masters answered (a majority of 3 is needed)" in message
     assert masters[0].url in message
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError):

@@ -492,8 +492,12 @@ class RedlockBackend(BaseLockBackend):
         return AcquireResult(False, retry_after=min(waits) if waits else None)
 
     def _acquire_settled(self, outcomes: list[AcquireResult | _Failed]) -> bool:
+        # Settled by the masters that answered: a majority granted, or enough refused that no
+        # majority can grant. Masters that failed settle nothing: the others are waited for
+        # (within the bound), so an error counts exactly the masters that answered.
         granted = sum(isinstance(o, AcquireResult) and o.acquired for o in outcomes)
-        return granted >= self.quorum or len(outcomes) - granted > len(self.nodes) - self.quorum
+        refused = sum(isinstance(o, AcquireResult) and not o.acquired for o in outcomes)
+        return granted >= self.quorum or refused > len(self.nodes) - self.quorum
 
     def _token(
         self, name: str, owner: str, grants: list[AcquireResult], *, reentrant: bool
