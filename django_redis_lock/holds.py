@@ -37,7 +37,10 @@ logger = logging.getLogger("django_redis_lock")
 
 @dataclass(eq=False)
 class Hold:
-    """One owner's hold of one lock, taken through one handle; times are monotonic."""
+    """One owner's hold of one lock, shared by the owner's handles; times are monotonic.
+
+    ``lock`` is the handle that took it first: its ``on_lost`` is the one called.
+    """
 
     lock: LockHandle
     backend: BaseLockBackend

@@ -87,7 +87,7 @@ class Lock(LockHandle):
         acquires it again at once (reentrancy); release it as many times.
 
         A waiting owner is handed the lock by the release that frees it, at once, and claims
-        it in one more round trip, so it returns with the lease it asked for. The lease is
+        it (the claim goes with its wait), so it returns with the lease it asked for. The lease is
         renewed only with ``auto_renew=True`` (``with`` blocks and decorators renew unless
         ``auto_renew=False``). A reentrant acquire whose lease has ended raises
         :class:`LockLostError`. If the backend does not answer in time,

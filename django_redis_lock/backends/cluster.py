@@ -20,7 +20,7 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
@@ -128,11 +128,15 @@ class RedisClusterBackend(RedisBackend):
     # Renewal: one pipeline per primary ---------------------------------------------------------
 
     def server_of(self, name: str) -> object:
+        # Never raises: it runs in the renewal thread's scheduler, for every lease of the
+        # process. A slot the client cannot place (its table is being refreshed, or the slot
+        # is not covered) is renewed with the others of that kind, and fails there, alone.
         cluster: Any = self.client
         try:
-            return cluster.get_node_from_key(self.key(name)).name
-        except (redis.RedisError, AttributeError):  # the slot table is being refreshed
+            node = cluster.get_node_from_key(self.key(name))
+        except (redis.RedisError, RedisClusterException):
             return None
+        return None if node is None else node.name
 
     def renew(
         self, leases: Sequence[tuple[str, str, float]]
