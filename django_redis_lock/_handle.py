@@ -289,7 +289,7 @@ class LockHandle:
             fresh = True
         else:
             fresh = False  # a reentrant acquire: announced once, with the first
-        hold.count, hold.attempt = result.holds or 1, attempt
+        hold.count, hold.attempt, hold.ends = result.holds or 1, attempt, ends
         if renew and hold.lease is None:
             lease = backend.default_ttl if self._ttl is None else self._ttl
             hold.lease = Lease(

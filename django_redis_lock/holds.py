@@ -50,6 +50,9 @@ class Hold:
     count: int = 1
     #: The id of the last acquire that took or counted this hold (see ``withdraw``).
     attempt: str = ""
+    #: When the lease taken by the last acquire ends, as this process knows it (renewal
+    #: moves ``lease.ends`` on from there).
+    ends: float = 0.0
     lease: Lease | None = None
     lost_reason: str | None = None
     #: The event loop of an asyncio holder, where its ``on_lost`` callback runs.

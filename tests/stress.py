@@ -5,10 +5,12 @@ Each worker process appends to a log of its own, with ``os.write`` on an ``O_APP
 that a line written survives a SIGKILL right after it (times are ``time.monotonic_ns()``, one
 clock for every process of the machine)::
 
-    enter <token> <ns>     first statement of a critical section
+    enter <token> <ns> <end>   first statement of a critical section; <end>: when the lease
+                               ends as the lock told its holder, or "-" if it is renewed
+    lease <token> <end>        a nested acquire took a new lease, ending then
     seen <token> <other> <ns>  on entry, the shared occupancy array showed another holder
-    leave <token> <ns>     last statement of the critical section (before the release)
-    lost <token> <ns>      a loss was reported to the holder (signal, or LockLostError)
+    leave <token> <ns>         last statement of the critical section (before the release)
+    lost <token> <ns>          a loss was reported to the holder (signal, or LockLostError)
 
 The chaos thread logs ``stop``, ``cont`` and ``kill`` with the pid and time. A critical section
 runs from its ``enter`` to its ``leave``, or to its process's death (to the pause it died in,
@@ -93,11 +95,18 @@ def _hold(rng: random.Random, ttl: float) -> float:
     return rng.uniform(ttl, ttl * 2) if rng.random() < 0.3 else rng.uniform(0, 0.01)
 
 
-def _enter(log: _Log, inside: Any, slot: int, token: int, lease: float | None) -> None:
-    # ``lease``: for a hold that is not renewed, when its lease ends at the latest (it began
-    # before this line); None when renewal keeps it.
-    now = time.monotonic_ns()
-    log("enter", token, now, "-" if lease is None else now + int(lease * 1e9))
+def _lease_end(handle: Any) -> str:
+    """When an unrenewed hold's lease ends, as the lock told its holder ("-": renewed)."""
+    from django_redis_lock.holds import held
+
+    if handle.auto_renew:
+        return "-"
+    ends = [h.ends for h in held.values() if h.fencing_token == handle.fencing_token]
+    return str(int(ends[0] * 1e9)) if ends else "-"
+
+
+def _enter(log: _Log, inside: Any, slot: int, token: int, lease_end: str) -> None:
+    log("enter", token, time.monotonic_ns(), lease_end)
     inside[slot] = token
     for other, value in enumerate(inside):
         if other != slot and value:
@@ -127,16 +136,18 @@ def _rounds(
         try:
             with handle:
                 token = handle.fencing_token or 0
-                _enter(log, inside, slot, token, None if handle.auto_renew else ttl)
+                _enter(log, inside, slot, token, _lease_end(handle))
                 time.sleep(_hold(rng, ttl))
                 if rng.random() < 0.5:  # a nested acquire, through this handle or another
                     inner = handle if rng.random() < 0.5 else lock(name, ttl=ttl)
                     with inner:
+                        log("lease", token, _lease_end(handle))  # a new lease from here
                         time.sleep(_hold(rng, ttl) / 2)
                 _leave(log, inside, slot, token)
         except LockLostError:
             inside[slot] = 0
             log("lost", token, time.monotonic_ns())
+            log("leave", token, time.monotonic_ns())
         except (LockNotAcquiredError, LockError):
             inside[slot] = 0
         time.sleep(rng.uniform(0, 0.02))
@@ -162,14 +173,16 @@ async def _task_rounds(
         try:
             async with handle:
                 token = handle.fencing_token or 0
-                _enter(log, inside, slot, token, None if handle.auto_renew else ttl)
+                _enter(log, inside, slot, token, _lease_end(handle))
                 await asyncio.sleep(_hold(rng, ttl))
                 if rng.random() < 0.5:
                     async with handle:
+                        log("lease", token, _lease_end(handle))
                         await asyncio.sleep(_hold(rng, ttl) / 2)
                 _leave(log, inside, slot, token)
         except LockLostError:
             log("lost", token, time.monotonic_ns())
+            log("leave", token, time.monotonic_ns())
         except LockError:
             pass
         await asyncio.sleep(rng.uniform(0, 0.02))
@@ -315,8 +328,10 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
     report = Report(processes, seconds)
     death: dict[int, int] = {}
     stopped_at: dict[int, int] = {}
+    events: list[tuple[int, str, int]] = []
     for words in _lines(directory / "chaos.log"):
         kind, pid, at = words[0], int(words[1]), int(words[2])
+        events.append((at, kind, pid))
         if kind == "stop":
             report.pauses += 1
             stopped_at.setdefault(pid, at)  # stopped again while stopped: from the first
@@ -341,6 +356,11 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
                 sections.append(
                     _Section(pids.get(key, -1), int(words[1]), int(words[2]), lease_end)
                 )
+            elif kind == "lease" and words[2] != "-":
+                for section in reversed(sections):
+                    if section.token == int(words[1]):
+                        section.lease_end = int(words[2])
+                        break
             elif kind == "leave":
                 for section in reversed(sections):
                     if section.token == int(words[1]) and section.leave is None:
@@ -372,7 +392,8 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
             else:
                 report.unexplained.append(
                     f"tokens {first.token} (pid {first.pid}) and {second.token} "
-                    f"(pid {second.pid}) ran at once; neither was told of a loss"
+                    f"(pid {second.pid}) ran at once; neither was told of a loss\n"
+                    + _timeline(first, second, events)
                 )
     # A holder seen inside after it stopped for good (it was killed while stopped) never ran
     # beside the one that saw it; nor did one that had outlived its unrenewed lease and died.
@@ -392,6 +413,25 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
         if not explained:
             report.unexplained.append(f"token {mine} saw {other} inside; nobody was told")
     return report
+
+
+def _timeline(first: _Section, second: _Section, events: list[tuple[int, str, int]]) -> str:
+    """Describe two overlapping sections and what the chaos thread did to their processes."""
+
+    def ms(at: int | None) -> str:
+        return "-" if at is None else f"{(at - first.enter) / 1e6:+.1f}ms"
+
+    lines = [
+        f"  {s.token} pid {s.pid}: enter {ms(s.enter)}, lease end {ms(s.lease_end)}, "
+        f"leave {ms(s.leave)}"
+        for s in (first, second)
+    ]
+    lines += [
+        f"  {kind} pid {pid} {ms(at)}"
+        for at, kind, pid in events
+        if pid in (first.pid, second.pid) and first.enter - 3e9 <= at <= (second.leave or at)
+    ]
+    return "\n".join(lines)
 
 
 def _outlived(first: _Section, second: _Section, death: dict[int, int]) -> bool:
