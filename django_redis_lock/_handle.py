@@ -52,6 +52,10 @@ WAIT_SLICE = 2.0
 #: How long an acquire left without an answer is withdrawn for, at most (seconds).
 UNDO_FOR = 60.0
 
+#: An acquire whose lease ends before its answer comes, this many times in a row, has a ttl
+#: shorter than the round trip to the server (once is a pause of this process): refused.
+LATE_ANSWERS = 3
+
 
 #: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a pair (seconds,
 #: dict): ``wait_and_claim(seconds, **dict)``), is sent their replies, and returns whether
@@ -186,6 +190,7 @@ class LockHandle:
         # registered or took (a grant to its registration included), and nothing later.
         attempt = new_attempt()
         pause: float | None = None  # after a first refusal: wait this long, then claim
+        late = 0  # leases in a row that ended before their answer came
         while True:
             remaining = None if deadline is None else deadline - time.monotonic() - (pause or 0)
             waiting = blocking and (remaining is None or remaining > 0)
@@ -222,8 +227,12 @@ class LockHandle:
             if result.acquired:
                 if hold is not None:
                     raise self._lost_nested(hold)
+                late += 1
+                if late == LATE_ANSWERS:
+                    raise self._lease_too_short(lease, time.monotonic() - sent)
                 pause = 0.0  # claim again at once: the lease, not the attempt, ended
                 continue
+            late = 0
             if not waiting:
                 if blocking and timeout:
                     logger.warning(
@@ -235,6 +244,14 @@ class LockHandle:
             # Woken by a handoff or not, the next attempt claims: a grant is short until
             # claimed, and the claim is refused if the grant has lapsed meanwhile.
             pause = min(window, result.retry_after or window, WAIT_SLICE)
+
+    def _lease_too_short(self, lease: float, round_trip: float) -> InvalidLockArgumentError:
+        return InvalidLockArgumentError(
+            f"Lock {self.name!r}: a lease of {lease:g}s ended {LATE_ANSWERS} times in a row "
+            f"before the server's answer came (the last round trip took {round_trip:.3f}s); "
+            "a ttl must be longer than a round trip to the server.",
+            lock_name=self.name,
+        )
 
     def _lost_nested(self, hold: Hold) -> LockLostError:
         self._lost_by(hold)("its lease ended before a nested acquire")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -65,3 +66,41 @@ def without_locks_setting() -> Iterator[None]:
     finally:
         override.disable()
         _announce_locks_changed(enter=False)
+
+
+class SlowLink:
+    """A TCP proxy on loopback that delays every chunk by ``delay`` seconds each way.
+
+    A real network farther away than the lease is long: what a lock sees when its Redis is a
+    few milliseconds away and its ``ttl`` shorter than that.
+    """
+
+    def __init__(self, host: str, port: int, delay: float) -> None:
+        self.target, self.delay = (host, port), delay
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                time.sleep(self.delay)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                end.close()
+
+    def close(self) -> None:
+        self.server.close()

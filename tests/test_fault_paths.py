@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ from django.test import override_settings
 
 from django_redis_lock import (
     BackendUnavailableError,
+    InvalidLockArgumentError,
     LockLostError,
     alock,
     lock,
@@ -31,7 +33,7 @@ from django_redis_lock.signals import lock_lost
 from django_redis_lock.testing import RedisServer
 
 from . import fault_workers
-from .helpers import eventually
+from .helpers import SlowLink, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -412,3 +414,44 @@ async def test_cancelled_acquire__always_ends_cancelled_and_leaves_the_lock_free
         assert task.cancelled() or not done
     assert went_on == 0, f"{went_on} cancelled acquires went on holding the lock"
     assert not await alock(name).locked()
+
+
+# A lease shorter than the round trip -------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocking", [False, True])
+def test_lease_shorter_than_the_round_trip__refused_instead_of_retried_forever(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis, blocking: bool
+) -> None:
+    # Each answer comes 20 ms after its request: a 5 ms lease always ends on the way. Such an
+    # acquire used to claim again and again at once, forever.
+    parts = urllib.parse.urlsplit(redis_url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    link = SlowLink(parts.hostname, parts.port, delay=0.01)
+    far = {
+        "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+        "OPTIONS": {"url": f"redis://127.0.0.1:{link.port}/0", "key_prefix": prefix},
+    }
+    try:
+        with override_settings(LOCKS={"default": far}):
+            handle = lock("short", ttl=0.005)
+            errors: list[BaseException] = []
+
+            def acquire() -> None:
+                try:
+                    handle.acquire(blocking=blocking)
+                except BaseException as exc:
+                    errors.append(exc)
+
+            thread = threading.Thread(target=acquire, daemon=True)
+            thread.start()
+            thread.join(10)
+            assert not thread.is_alive(), "the acquire never returned"
+    finally:
+        link.close()
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], InvalidLockArgumentError)
+    assert "round trip" in str(errors[0])
+    assert not handle.owned()
+    eventually(lambda: not raw_redis.exists(f"{prefix}:{{=short}}:h"))
