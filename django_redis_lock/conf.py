@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -13,8 +12,10 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 from redis.connection import parse_url as _untyped_parse_url
 
+from ._validation import validate_ttl
 from .backends._redis_options import redact_url
 from .backends.base import BaseLockBackend
+from .exceptions import InvalidLockArgumentError
 
 __all__ = ["DEFAULT_ALIAS", "DEFAULT_LOCKS", "Problem", "get_locks_setting", "problems"]
 
@@ -27,7 +28,7 @@ DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
     }
 }
 
-#: OPTIONS that are durations in seconds, checked as positive finite numbers.
+#: OPTIONS that are durations in seconds, checked as a ``ttl`` argument is.
 DURATION_OPTIONS = (
     "ttl",
     "fencing_ttl",
@@ -185,12 +186,15 @@ def option_problems(
             )
         )
     for option in DURATION_OPTIONS:
-        if option in options and not _positive_finite(options[option]):
+        if option not in options:
+            continue
+        try:
+            validate_ttl(options[option], argument=f"{where}['OPTIONS'][{option!r}]")
+        except InvalidLockArgumentError as exc:
             found.append(
                 Problem(
                     "django_redis_lock.E009",
-                    f"{where}['OPTIONS'][{option!r}] must be a positive finite number of "
-                    f"seconds, got {options[option]!r}.",
+                    str(exc),
                     "Durations are seconds; floats give millisecond precision (0.5 is 500 ms).",
                 )
             )
@@ -214,15 +218,6 @@ def option_problems(
             )
         )
     return found
-
-
-def _positive_finite(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0.001
-    )
 
 
 def _redact(url: object) -> str:

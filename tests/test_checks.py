@@ -344,17 +344,32 @@ def test_runtime__unparsable_url_raises_invalid_backend() -> None:
 
 # E009 ---------------------------------------------------------------------------------------
 
-DURATIONS = ["ttl", "socket_timeout", "socket_connect_timeout", "fencing_ttl"]
+DURATIONS = [
+    "ttl",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "fencing_ttl",
+    "wait_replicas_timeout",
+]
 
 
 @pytest.mark.parametrize("option", DURATIONS)
-@pytest.mark.parametrize("value", [0, -1, 0.0009, math.nan, math.inf, -math.inf, "30", True, None])
-def test_check__duration_not_positive_finite__E009(option: str, value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "must"),
+    [
+        *[(value, "be a finite number of seconds of at least 0.001, got")
+          for value in [0, -1, 0.0009, math.nan, math.inf, -math.inf, -(10**400)]],
+        *[(value, f"be a number of seconds, not {type(value).__name__}:")
+          for value in ["30", True, None]],
+        *[(value, "be at most 315360000 seconds (ten years), got")
+          for value in [1e18, 315360000.001, 10**400]],
+    ],
+)  # fmt: skip
+def test_check__duration_out_of_range__E009(option: str, value: object, must: str) -> None:
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == [
             Error(
-                f"LOCKS['default']['OPTIONS'][{option!r}] must be a positive finite number of "
-                f"seconds, got {value!r}.",
+                f"LOCKS['default']['OPTIONS'][{option!r}] must {must} {value!r}.",
                 hint=HINT_E009,
                 id="django_redis_lock.E009",
             )
@@ -365,16 +380,29 @@ def test_check__ttl_not_positive__E009() -> None:
     with override_settings(LOCKS={"default": {"BACKEND": LOCMEM, "OPTIONS": {"ttl": 0}}}):
         assert lock_checks() == [
             Error(
-                "LOCKS['default']['OPTIONS']['ttl'] must be a positive finite number of "
-                "seconds, got 0.",
+                "LOCKS['default']['OPTIONS']['ttl'] must be a finite number of seconds of at "
+                "least 0.001, got 0.",
                 hint=HINT_E009,
                 id="django_redis_lock.E009",
             )
         ]
 
 
+def test_check__ttl_too_long__E009_and_refused_by_the_handler() -> None:
+    setting = {"default": {"BACKEND": LOCMEM, "OPTIONS": {"ttl": 1e18}}}
+    message = (
+        "LOCKS['default']['OPTIONS']['ttl'] must be at most 315360000 seconds (ten years), "
+        "got 1e+18."
+    )
+    with override_settings(LOCKS=setting):
+        assert lock_checks() == [Error(message, hint=HINT_E009, id="django_redis_lock.E009")]
+        with pytest.raises(InvalidLockBackendError) as raised:
+            locks["default"]
+    assert str(raised.value) == f"{message} {HINT_E009}"
+
+
 @pytest.mark.parametrize("option", DURATIONS)
-@pytest.mark.parametrize("value", [0.001, 0.5, 30, 86400.0])
+@pytest.mark.parametrize("value", [0.001, 0.5, 30, 86400.0, 315360000])
 def test_check__duration_positive__no_error(option: str, value: float) -> None:
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == []
