@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from redis.connection import parse_url as _untyped_parse_url
 
 from ._validation import validate_ttl
-from .backends._redis_options import redact_url
+from .backends._redis_options import redact_url, url_problem, url_scheme
 from .backends.base import BaseLockBackend
 from .exceptions import InvalidLockArgumentError
 
@@ -36,9 +33,6 @@ DURATION_OPTIONS = (
     "socket_connect_timeout",
     "wait_replicas_timeout",
 )
-
-
-_parse_url: Callable[[str], dict[str, Any]] = _untyped_parse_url
 
 
 @dataclass(frozen=True)
@@ -152,8 +146,7 @@ def option_problems(
         list(listed) if isinstance(listed, (list, tuple)) else []
     )
     for url in urls if schemes else []:
-        scheme = urlsplit(url).scheme if isinstance(url, str) else None
-        if scheme not in schemes:
+        if url_scheme(url) not in schemes:
             found.append(
                 Problem(
                     "django_redis_lock.E008",
@@ -162,20 +155,17 @@ def option_problems(
                 )
             )
             continue
-        try:
-            _parse_url(url)
-        except ValueError as exc:
+        problem = url_problem(url)
+        if problem:
             found.append(
                 Problem(
                     "django_redis_lock.E008",
-                    f"{where}['OPTIONS'] has a URL that could not be parsed: "
-                    f"{_redact(url)!r} ({exc}).",
-                    "Write it as redis://[[user]:password@]host[:port][/db], rediss://... "
-                    "or unix:///path/to/socket[?db=N].",
+                    f"{where}['OPTIONS'] has a URL that {problem.message}.",
+                    problem.hint,
                 )
             )
     tls = sorted(name for name in options if name.startswith("ssl_"))
-    plain = [url for url in urls if isinstance(url, str) and urlsplit(url).scheme != "rediss"]
+    plain = [url for url in urls if isinstance(url, str) and url_scheme(url) != "rediss"]
     if tls and plain:
         found.append(
             Problem(
@@ -221,4 +211,4 @@ def option_problems(
 
 
 def _redact(url: object) -> str:
-    return redact_url(url) if isinstance(url, str) else repr(url)
+    return redact_url(url if isinstance(url, str) else repr(url))
