@@ -9,9 +9,11 @@ import json
 import logging
 import os
 import secrets
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ from django.test import override_settings
 
 from django_redis_lock import locks
 from django_redis_lock.backends.base import AcquireResult, BaseLockBackend, holder_metadata
+from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.management import listing
 from django_redis_lock.management.commands.locks import Command
 from django_redis_lock.testing import RedisServer
@@ -29,6 +32,7 @@ from django_redis_lock.testing import RedisServer
 from .conftest import locks_setting
 from .helpers import eventually
 
+REPO = Path(__file__).resolve().parents[1]
 TASK_ID = "5d9e6c3a-1f2b-4c1d-9e8f-0a1b2c3d4e5f"
 CELERY = {
     "task_id": TASK_ID,
@@ -187,6 +191,70 @@ def test_locks_alone_is_locks_list() -> None:
 
     assert out.getvalue().splitlines()[1].split()[:2] == ["default", "reports:daily"]
     assert out.getvalue().splitlines()[-1] == "1 holder listed."
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "--using", "default"],
+        ["--using", "default", "--json"],
+        ["--json", "--using=default"],
+        ["--js", "--using", "default"],  # argparse's abbreviations, as after `list`
+        ["--verbosity", "2", "--json", "--using", "default"],  # options of every command first
+        ["-v2", "--skip-checks", "--json", "--using", "default"],
+        ["--skip-checks", "list", "--json", "--using", "default"],
+    ],
+)
+def test_locks_with_options_of_list_is_locks_list(args: list[str]) -> None:
+    hold(locks["default"], "reports:daily")
+    hold(locks["locmem"], "import:42")
+
+    result = run(*args)
+
+    assert result.code == 0, result.err
+    assert [(one["alias"], one["name"]) for one in result.json()["locks"]] == [
+        ("default", "reports:daily")
+    ]
+    assert result.json()["errors"] == []
+
+
+def test_locks_with_options_of_list__from_a_shell(capsys: pytest.CaptureFixture[str]) -> None:
+    hold(locks["default"], "reports:daily")
+
+    code, out, err = run_from_shell(capsys, "--using", "default", "--limit", "1")
+
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1].split()[:2] == ["default", "reports:daily"]
+    assert out.splitlines()[-1] == "1 holder listed."
+
+
+def test_locks_with_options_of_list__through_manage_py(redis_url: str) -> None:
+    # The example project's manage.py, its settings on the suite's server: the exact words
+    # of the report.
+    name = f"manage-py:{secrets.token_hex(4)}"
+    backend = RedisBackend(url=redis_url, key_prefix="example")
+    hold(backend, name)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env |= {"REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "example_project/manage.py", "locks", "--json", "--using", "default"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        backend.force_release(name)
+        backend.close()
+
+    assert (done.returncode, done.stderr) == (0, "")
+    document = json.loads(done.stdout)
+    assert (document["errors"], document["truncated"]) == ([], False)
+    assert name in [one["name"] for one in document["locks"]]
+    assert {one["alias"] for one in document["locks"]} == {"default"}
 
 
 def test_list__nothing_held(using: str) -> None:
@@ -952,3 +1020,19 @@ def test_help__is_printed_and_exits_0(
 
     assert code == 0
     assert out.startswith(f"usage: manage.py locks {' '.join(subcommand)}".rstrip())
+
+
+def test_help__says_that_options_of_list_need_no_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_from_shell(capsys, "--help")
+    listed, list_help, _ = run_from_shell(capsys, "--json", "--help")
+
+    assert code == listed == 0
+    assert out.startswith("usage: manage.py locks [-h]")
+    assert "{list,show,release} ..." in out
+    assert "`locks --json` is `locks list --json`" in " ".join(out.split())
+    assert list_help.startswith("usage: manage.py locks list [-h]")
+    assert "`locks` alone, or followed by these options, runs `locks list`" in " ".join(
+        list_help.split()
+    )
