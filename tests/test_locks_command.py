@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import redis as redis_py
@@ -627,6 +628,51 @@ def test_show__prints_every_field_and_the_full_metadata(using: str) -> None:
     assert fields["thread"].strip() == "MainThread"
     metadata = "\n".join([fields["metadata"], *lines[12:]])
     assert json.loads(metadata) == CELERY
+
+
+#: Text a client can put in a lock's metadata (a view lock records request.path) or its
+#: name: C0 controls, a C1 control (U+009B, a CSI on terminals that read it), ANSI escapes
+#: that clear the screen and recolour it, and Unicode line and bidi controls.
+HOSTILE = "a\x07b\x1b[2J\x1b[31mc\x9b31md\u2028e\u202ef\x00g\x85h\x1b]0;title\x07"
+
+
+def assert_terminal_safe(text: str) -> None:
+    """Fail if ``text`` holds a character a terminal could act on, other than line ends."""
+    acted_on = sorted({c for c in text if not c.isprintable() and c != "\n"})
+    assert not acted_on, f"raw control characters {acted_on!r} in {text!r}"
+
+
+def test_show_list_and_release__escape_control_characters(
+    using: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = f"job{HOSTILE}"
+    owner = f"own{HOSTILE}er"
+    data = {"path": f"/pay/{HOSTILE}/", f"key{HOSTILE}": [HOSTILE], "task_id": HOSTILE}
+    hold(locks[using], name, owner, data=data, host=f"web{HOSTILE}", thread=f"T{HOSTILE}")
+    caplog.set_level(logging.WARNING, logger="django_redis_lock.audit")
+
+    shown = run("show", name, "--using", using)
+    document = run("show", name, "--using", using, "--json")
+    table = run("list", "--using", using)
+    listed = run("list", "--using", using, "--json")
+    failed = run("list", "--using", using, "--fail")
+    released = run("release", name, "--using", using, "--yes")
+
+    assert [r.code for r in (shown, document, table, listed, failed, released)] == [
+        0, 0, 0, 0, 1, 0
+    ]  # fmt: skip
+    for result in (shown, document, table, listed, failed, released):
+        assert_terminal_safe(result.out + result.err)
+    for record in caplog.records:
+        assert_terminal_safe(record.getMessage())
+    assert "\\x9b31m" in shown.out
+    assert "\\x1b[2J" in shown.out
+    assert f"  owner:          {owner!r}" in shown.out.splitlines()
+    # JSON gives every value exactly.
+    [item] = document.json()["locks"]
+    assert (item["name"], item["owner"], item["metadata"]) == (name, owner, data)
+    assert (item["host"], item["thread"]) == (f"web{HOSTILE}", f"T{HOSTILE}")
+    assert listed.json()["locks"] == [item | {"ttl": ANY, "held_for": ANY}]
 
 
 def test_show__lists_every_holder_of_a_semaphore(using: str) -> None:

@@ -36,6 +36,7 @@ from ..listing import (
     one_line,
     plural,
     scan,
+    shown,
     summary,
     task_id,
 )
@@ -267,7 +268,8 @@ class Command(BaseCommand):
                     if backend.force_release(name, owner=info.owner):
                         freed.append(info)
                     else:
-                        self.stdout.write(f"Owner {info.owner} on {alias} had let go already.")
+                        owner = shown(info.owner)
+                        self.stdout.write(f"Owner {owner} on {alias} had let go already.")
             finally:  # what was freed is logged even if the backend fails half-way
                 if freed:
                     _audit(user, alias, name, freed)
@@ -315,7 +317,7 @@ def _holders_to_free(
     for alias, backend in _backends(using):
         holders = backend.lock_info(name)
         chosen = [info for info in holders if owner is None or info.owner == owner]
-        others += [f"{alias} {info.owner}" for info in holders if info not in chosen]
+        others += [f"{alias} {shown(info.owner)}" for info in holders if info not in chosen]
         if chosen:
             targets.append((alias, backend, chosen))
     if targets:
