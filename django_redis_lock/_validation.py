@@ -13,6 +13,13 @@ from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
 #: The longest lock name accepted, in characters.
 MAX_NAME_LENGTH = 1024
 
+#: The longest duration accepted anywhere (a lease, an extension, a timeout, a duration
+#: option), in seconds: ten 365-day years. Redis takes milliseconds as signed 64-bit integers,
+#: and the scripts add a lease and a fencing counter's lifetime to the server's clock in Lua,
+#: whose numbers are doubles written back to Redis with at most 14 significant digits.
+#: Ten years keep every such sum (about 2.4e12 ms today) an exact integer of 13 digits.
+MAX_SECONDS = 10 * 365 * 24 * 3600
+
 
 def validate_name(name: object) -> str:
     """Return ``name`` if it is a usable lock name, else raise."""
@@ -43,11 +50,19 @@ def _number(value: object, argument: str, lock_name: str | None) -> float:
             f"{argument} must be a number of seconds, not {type(value).__name__}: {value!r}.",
             lock_name=lock_name,
         )
+    # Compared before float(): an int can be too large for one.
+    if MAX_SECONDS < value < math.inf:
+        raise InvalidLockArgumentError(
+            f"{argument} must be at most {MAX_SECONDS} seconds (ten years), got {value!r}.",
+            lock_name=lock_name,
+        )
+    if isinstance(value, int) and value < -MAX_SECONDS:
+        return -math.inf  # perhaps too large for a float, and refused as negative all the same
     return float(value)
 
 
 def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None = None) -> float:
-    """Return ``value`` as seconds if it is a positive, finite lease of at least 1 ms."""
+    """Return ``value`` as seconds if it is a lease from 1 ms to :data:`MAX_SECONDS`."""
     seconds = _number(value, argument, lock_name)
     if not math.isfinite(seconds) or seconds < 0.001:
         raise InvalidLockArgumentError(
@@ -60,7 +75,7 @@ def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None 
 def validate_timeout(
     value: object, *, argument: str = "timeout", lock_name: str | None = None
 ) -> float | None:
-    """Return ``value`` as seconds (``None`` means wait forever) if it is >= 0 and finite."""
+    """Return ``value`` as seconds (``None``: forever) if it is from 0 to :data:`MAX_SECONDS`."""
     if value is None:
         return None
     seconds = _number(value, argument, lock_name)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.module_loading import import_string
-from redis.connection import parse_url as _untyped_parse_url
 
-from .backends._redis_options import redact_url
+from ._validation import validate_ttl
+from .backends._redis_options import redact_url, url_problem, url_scheme
 from .backends.base import BaseLockBackend
+from .exceptions import InvalidLockArgumentError
 
 __all__ = ["DEFAULT_ALIAS", "DEFAULT_LOCKS", "Problem", "get_locks_setting", "problems"]
 
@@ -27,7 +25,7 @@ DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
     }
 }
 
-#: OPTIONS that are durations in seconds, checked as positive finite numbers.
+#: OPTIONS that are durations in seconds, checked as a ``ttl`` argument is.
 DURATION_OPTIONS = (
     "ttl",
     "fencing_ttl",
@@ -35,9 +33,6 @@ DURATION_OPTIONS = (
     "socket_connect_timeout",
     "wait_replicas_timeout",
 )
-
-
-_parse_url: Callable[[str], dict[str, Any]] = _untyped_parse_url
 
 
 @dataclass(frozen=True)
@@ -151,8 +146,7 @@ def option_problems(
         list(listed) if isinstance(listed, (list, tuple)) else []
     )
     for url in urls if schemes else []:
-        scheme = urlsplit(url).scheme if isinstance(url, str) else None
-        if scheme not in schemes:
+        if url_scheme(url) not in schemes:
             found.append(
                 Problem(
                     "django_redis_lock.E008",
@@ -161,20 +155,17 @@ def option_problems(
                 )
             )
             continue
-        try:
-            _parse_url(url)
-        except ValueError as exc:
+        problem = url_problem(url)
+        if problem:
             found.append(
                 Problem(
                     "django_redis_lock.E008",
-                    f"{where}['OPTIONS'] has a URL that could not be parsed: "
-                    f"{_redact(url)!r} ({exc}).",
-                    "Write it as redis://[[user]:password@]host[:port][/db], rediss://... "
-                    "or unix:///path/to/socket[?db=N].",
+                    f"{where}['OPTIONS'] has a URL that {problem.message}.",
+                    problem.hint,
                 )
             )
     tls = sorted(name for name in options if name.startswith("ssl_"))
-    plain = [url for url in urls if isinstance(url, str) and urlsplit(url).scheme != "rediss"]
+    plain = [url for url in urls if isinstance(url, str) and url_scheme(url) != "rediss"]
     if tls and plain:
         found.append(
             Problem(
@@ -185,12 +176,15 @@ def option_problems(
             )
         )
     for option in DURATION_OPTIONS:
-        if option in options and not _positive_finite(options[option]):
+        if option not in options:
+            continue
+        try:
+            validate_ttl(options[option], argument=f"{where}['OPTIONS'][{option!r}]")
+        except InvalidLockArgumentError as exc:
             found.append(
                 Problem(
                     "django_redis_lock.E009",
-                    f"{where}['OPTIONS'][{option!r}] must be a positive finite number of "
-                    f"seconds, got {options[option]!r}.",
+                    str(exc),
                     "Durations are seconds; floats give millisecond precision (0.5 is 500 ms).",
                 )
             )
@@ -216,14 +210,5 @@ def option_problems(
     return found
 
 
-def _positive_finite(value: object) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value >= 0.001
-    )
-
-
 def _redact(url: object) -> str:
-    return redact_url(url) if isinstance(url, str) else repr(url)
+    return redact_url(url if isinstance(url, str) else repr(url))

@@ -5,14 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.http import HttpRequest, HttpResponse
+from django.test import RequestFactory
+from django.views import View
 
 from django_redis_lock import (
     InvalidLockArgumentError,
+    InvalidLockBackendError,
     LockArgumentTypeError,
     LockError,
+    alock,
     lock,
 )
-from django_redis_lock._validation import MAX_NAME_LENGTH
+from django_redis_lock._validation import MAX_NAME_LENGTH, MAX_SECONDS
+from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.locmem import LocMemBackend
+from django_redis_lock.backends.redis import RedisBackend
+from django_redis_lock.decorators import lock_view
+from django_redis_lock.mixins import LockMixin
 
 
 @pytest.mark.parametrize(
@@ -130,3 +140,118 @@ def test_owner__of_a_wrong_type_is_a_type_error(owner: Any) -> None:
 def test_owner__a_bad_value_is_a_value_error(owner: str) -> None:
     with pytest.raises(InvalidLockArgumentError, match="owner must be 1 to 200"):
         lock("x", owner=owner)
+
+
+# Durations: one maximum for every one of them --------------------------------------------------
+
+#: Longer than MAX_SECONDS (ten years); Redis would refuse the first with "not an integer or
+#: out of range", and float() cannot hold the last.
+TOO_LONG = [1e18, MAX_SECONDS + 0.001, 10**400]
+
+
+def too_long(argument: str, value: object) -> str:
+    return f"{argument} must be at most 315360000 seconds (ten years), got {value!r}."
+
+
+@pytest.mark.parametrize("value", TOO_LONG)
+@pytest.mark.parametrize("argument", ["ttl", "timeout", "max_hold"])
+def test_durations__longer_than_ten_years_are_refused_by_lock(
+    argument: str, value: object
+) -> None:
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        lock("too:long", **{argument: value})
+    assert str(caught.value) == too_long(argument, value)
+    assert caught.value.lock_name == "too:long"
+
+
+@pytest.mark.parametrize("value", TOO_LONG)
+def test_durations__longer_than_ten_years_are_refused_by_acquire_and_extend(
+    value: object, using: str
+) -> None:
+    with lock("too:long", ttl=30, using=using) as held:
+        with pytest.raises(InvalidLockArgumentError) as caught:
+            held.extend(value)  # type: ignore[arg-type]
+        assert str(caught.value) == too_long("seconds", value)
+        remaining = held.ttl()
+        assert remaining is not None
+        assert 25 < remaining <= 30
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        lock("too:long", using=using).acquire(timeout=value)  # type: ignore[arg-type]
+    assert str(caught.value) == too_long("timeout", value)
+
+
+async def test_durations__longer_than_ten_years_are_refused_by_alock(using: str) -> None:
+    async with alock("too:long", ttl=30, using=using) as held:
+        with pytest.raises(InvalidLockArgumentError) as caught:
+            await held.extend(1e18)
+        assert str(caught.value) == too_long("seconds", 1e18)
+        assert await held.owned()
+
+
+@pytest.mark.parametrize("argument", ["ttl", "timeout"])
+def test_durations__longer_than_ten_years_are_refused_by_lock_view(argument: str) -> None:
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        lock_view("path", **{argument: 1e18})(lambda request: HttpResponse("ok"))
+    assert str(caught.value) == too_long(argument, 1e18)
+
+
+@pytest.mark.parametrize("attribute", ["lock_ttl", "lock_timeout"])
+def test_durations__longer_than_ten_years_are_refused_by_lock_mixin(attribute: str) -> None:
+    class Charge(LockMixin, View):
+        lock_key = "path"
+
+        def post(self, request: HttpRequest) -> HttpResponse:
+            return HttpResponse("charged")
+
+    setattr(Charge, attribute, 1e18)
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        Charge.as_view()(RequestFactory().post("/charge/"))
+    argument = attribute.removeprefix("lock_")
+    assert str(caught.value) == too_long(argument, 1e18)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "argument"),
+    [
+        ({"ttl": 1e18}, "ttl"),
+        ({"on_conflict": "wait", "timeout": 1e18}, "timeout"),
+        ({"on_conflict": "retry", "countdown": 1e18}, "countdown"),
+    ],
+)
+def test_durations__longer_than_ten_years_are_refused_by_single_instance(
+    arguments: dict[str, Any], argument: str
+) -> None:
+    from django_redis_lock.celery import single_instance
+
+    with pytest.raises(InvalidLockArgumentError) as caught:
+        single_instance(**arguments)(lambda: None)
+    assert str(caught.value) == too_long(argument, 1e18)
+
+
+@pytest.mark.parametrize("option", ["ttl", "fencing_ttl", "socket_timeout"])
+def test_durations__longer_than_ten_years_are_refused_by_backends(option: str) -> None:
+    with pytest.raises(InvalidLockBackendError) as caught:
+        RedisBackend(url="redis://127.0.0.1:1/0", **{option: 1e18})
+    assert str(caught.value) == too_long(option, 1e18)
+    if option == "ttl":
+        with pytest.raises(InvalidLockBackendError, match="ten years"):
+            LocMemBackend(ttl=1e18)
+
+
+def test_durations__the_longest_lease_works_on_redis(redis_url: str, prefix: str) -> None:
+    # Ten years of lease, plus ten of fencing counter, plus an extension of ten more: every
+    # number the scripts compute stays one Redis takes.
+    backend = RedisBackend(url=redis_url, key_prefix=prefix, fencing_ttl=MAX_SECONDS)
+    try:
+        meta = holder_metadata(host="h", pid=1, thread="t")
+        result = backend.acquire("decade", "owner", ttl=MAX_SECONDS, metadata=meta)
+        assert result.acquired
+        assert result.lease == MAX_SECONDS
+        extended = backend.extend("decade", "owner", MAX_SECONDS)
+        assert extended is not None
+        assert extended > 2 * MAX_SECONDS - 60
+        [info] = backend.lock_info("decade")
+        assert info.ttl > 2 * MAX_SECONDS - 60
+        assert backend.release("decade", "owner") == 0
+    finally:
+        backend.close()

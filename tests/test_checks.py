@@ -321,20 +321,141 @@ def test_check__supported_url_scheme__no_error(url: str) -> None:
         assert lock_checks() == []
 
 
+HINT_E008_PARSE = (
+    "Write it as redis://[[user]:password@]host[:port][/db], rediss://... or "
+    "unix:///path/to/socket[?db=N], with the user name and password percent-encoded "
+    "(urllib.parse.quote(password, safe=''))."
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://host:abc/0", "'redis://host:abc/0' (Port could not be cast to integer "
+         "value as 'abc')"),
+        ("redis://host/0?socket_timeout=abc", "'redis://host/0?socket_timeout=abc' (Invalid "
+         "value for 'socket_timeout' in connection URL.)"),
+        # An error about a URL with a password could quote it: it is not repeated.
+        ("redis://:s3cret@host:abc/0", "'redis://:***@host:abc/0' (the error is not shown: "
+         "it could quote the password)"),
+    ],
+)  # fmt: skip
+def test_check__unparsable_url__E008(url: str, shown: str) -> None:
+    with override_settings(LOCKS={"default": redis_alias(url=url)}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['OPTIONS'] has a URL that could not be parsed: {shown}.",
+                hint=HINT_E008_PARSE,
+                id="django_redis_lock.E008",
+            )
+        ]
+
+
+HINT_E008_ENCODE = (
+    "Percent-encode the user name and password, e.g. with urllib.parse.quote(password, "
+    "safe=''): '/' is %2F, '?' %3F, '#' %23 and '@' %40."
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # urllib ends the host part at the first '/', '?' or '#', and read "Kx9fQ2mZ7pLw" as
+        # the port: its error quoted it, and with it a piece of the password.
+        ("redis://default:Kx9fQ2mZ7pLw/Ab+cd==@host:6379/0", "redis://default:***@host:6379/0"),
+        ("redis://user:p@ss/w@host", "redis://user:***@host"),
+        ("redis://:Hq4#Wz2@host:6379/0", "redis://:***@host:6379/0"),
+        ("rediss://u:Jm5?Bx3@host:6380/0", "rediss://u:***@host:6380/0"),
+        ("redis://u/x:pw@host/0", "redis://***@host/0"),
+        # An '@' after the host reads the same way: written %40, it is not ambiguous.
+        ("redis://host/0?client_name=a@b", "redis://***@b"),
+    ],
+)
+def test_check__password_that_urllib_misreads__E008(url: str, shown: str) -> None:
+    message = (
+        f"has a URL that could not be parsed: {shown!r} (a '/', '?' or '#' comes before its "
+        "last '@', so a user name or password holds one, or an '@' follows the host)."
+    )
+    with override_settings(LOCKS={"default": redis_alias(url=url)}):
+        assert lock_checks() == [
+            Error(
+                f"LOCKS['default']['OPTIONS'] {message}",
+                hint=HINT_E008_ENCODE,
+                id="django_redis_lock.E008",
+            )
+        ]
+        with pytest.raises(InvalidLockBackendError) as raised:
+            locks["default"]
+    assert str(raised.value) == f"LOCKS['default']['OPTIONS'] {message} {HINT_E008_ENCODE}"
+    with pytest.raises(InvalidLockBackendError) as raised:
+        RedisBackend(url=url)
+    assert str(raised.value) == f"url {message.removeprefix('has a URL that ')} {HINT_E008_ENCODE}"
+
+
 @pytest.mark.parametrize(
     "url",
-    ["redis://:s3cret@host:abc/0", "redis://host/0?socket_timeout=abc"],
+    [
+        "redis://u:Gd8@Wm3@host:6379/0",  # '@' in a password: the last one ends it
+        "redis://u:a:b+c=d%e@host:6379/0",
+        "unix:///run/redis@6379/redis.sock?db=1",  # no host part: the '@' is the path's
+        "unix://:pw@/run/redis/redis.sock",
+    ],
 )
-def test_check__unparsable_url__E008(url: str) -> None:
+def test_check__password_that_urllib_reads__no_E008(url: str) -> None:
     with override_settings(LOCKS={"default": redis_alias(url=url)}):
-        [message] = lock_checks()
-    assert message.id == "django_redis_lock.E008"
-    assert message.msg.startswith("LOCKS['default']['OPTIONS'] has a URL that could not be parsed")
-    assert "s3cret" not in message.msg
-    assert message.hint == (
-        "Write it as redis://[[user]:password@]host[:port][/db], rediss://... "
-        "or unix:///path/to/socket[?db=N]."
+        assert lock_checks() == []
+
+
+@pytest.mark.parametrize(
+    "query", ["decode_responses=true", "decode_responses=1", "db=1&decode_responses=no"]
+)
+def test_check__url_sets_decode_responses__E008(query: str) -> None:
+    url = f"redis://127.0.0.1:1/0?{query}"
+    message = f"has a URL that sets decode_responses: {url!r}."
+    hint = "Remove decode_responses from the URL: the backend reads raw bytes."
+    with override_settings(LOCKS={"default": redis_alias(url=url)}):
+        assert lock_checks() == [
+            Error(f"LOCKS['default']['OPTIONS'] {message}", hint=hint, id="django_redis_lock.E008")
+        ]
+    with pytest.raises(InvalidLockBackendError) as raised:
+        RedisBackend(url=url)
+    assert str(raised.value) == f"url sets decode_responses: {url!r}. {hint}"
+
+
+def test_check__decode_responses_option__E007_and_refused_by_the_constructor() -> None:
+    with override_settings(LOCKS={"default": redis_alias(decode_responses=True)}):
+        assert [m.msg for m in lock_checks()] == [
+            "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'decode_responses'."
+        ]
+    with pytest.raises(InvalidLockBackendError) as raised:
+        RedisBackend(url=DOWN_URL, decode_responses=True)
+    assert str(raised.value) == (
+        "RedisBackend does not take 'decode_responses': see its OPTIONS in the deployment "
+        "documentation."
     )
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:1/0?tmeout=5", " ('tmeout'): 'redis://127.0.0.1:1/0?tmeout=5'"),
+        # After password=, an '&' is taken for part of the password: nothing of it is named.
+        (f"redis://127.0.0.1:1/0?password={SECRET}&Bv9=Pq1", ": 'redis://127.0.0.1:1/0?password=***'"),
+    ],
+)  # fmt: skip
+def test_check__url_sets_options_redis_py_does_not_take__E008(url: str, shown: str) -> None:
+    hint = "Remove them from the query; a password given as ?password= must write '&' as %26."
+    with override_settings(LOCKS={"default": redis_alias(url=url)}):
+        assert lock_checks() == [
+            Error(
+                "LOCKS['default']['OPTIONS'] has a URL that sets options that redis-py's "
+                f"connections do not take{shown}.",
+                hint=hint,
+                id="django_redis_lock.E008",
+            )
+        ]
+    with pytest.raises(InvalidLockBackendError, match="do not take"):
+        RedisBackend(url=url)
 
 
 def test_runtime__unparsable_url_raises_invalid_backend() -> None:
@@ -344,17 +465,32 @@ def test_runtime__unparsable_url_raises_invalid_backend() -> None:
 
 # E009 ---------------------------------------------------------------------------------------
 
-DURATIONS = ["ttl", "socket_timeout", "socket_connect_timeout", "fencing_ttl"]
+DURATIONS = [
+    "ttl",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "fencing_ttl",
+    "wait_replicas_timeout",
+]
 
 
 @pytest.mark.parametrize("option", DURATIONS)
-@pytest.mark.parametrize("value", [0, -1, 0.0009, math.nan, math.inf, -math.inf, "30", True, None])
-def test_check__duration_not_positive_finite__E009(option: str, value: object) -> None:
+@pytest.mark.parametrize(
+    ("value", "must"),
+    [
+        *[(value, "be a finite number of seconds of at least 0.001, got")
+          for value in [0, -1, 0.0009, math.nan, math.inf, -math.inf, -(10**400)]],
+        *[(value, f"be a number of seconds, not {type(value).__name__}:")
+          for value in ["30", True, None]],
+        *[(value, "be at most 315360000 seconds (ten years), got")
+          for value in [1e18, 315360000.001, 10**400]],
+    ],
+)  # fmt: skip
+def test_check__duration_out_of_range__E009(option: str, value: object, must: str) -> None:
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == [
             Error(
-                f"LOCKS['default']['OPTIONS'][{option!r}] must be a positive finite number of "
-                f"seconds, got {value!r}.",
+                f"LOCKS['default']['OPTIONS'][{option!r}] must {must} {value!r}.",
                 hint=HINT_E009,
                 id="django_redis_lock.E009",
             )
@@ -365,16 +501,29 @@ def test_check__ttl_not_positive__E009() -> None:
     with override_settings(LOCKS={"default": {"BACKEND": LOCMEM, "OPTIONS": {"ttl": 0}}}):
         assert lock_checks() == [
             Error(
-                "LOCKS['default']['OPTIONS']['ttl'] must be a positive finite number of "
-                "seconds, got 0.",
+                "LOCKS['default']['OPTIONS']['ttl'] must be a finite number of seconds of at "
+                "least 0.001, got 0.",
                 hint=HINT_E009,
                 id="django_redis_lock.E009",
             )
         ]
 
 
+def test_check__ttl_too_long__E009_and_refused_by_the_handler() -> None:
+    setting = {"default": {"BACKEND": LOCMEM, "OPTIONS": {"ttl": 1e18}}}
+    message = (
+        "LOCKS['default']['OPTIONS']['ttl'] must be at most 315360000 seconds (ten years), "
+        "got 1e+18."
+    )
+    with override_settings(LOCKS=setting):
+        assert lock_checks() == [Error(message, hint=HINT_E009, id="django_redis_lock.E009")]
+        with pytest.raises(InvalidLockBackendError) as raised:
+            locks["default"]
+    assert str(raised.value) == f"{message} {HINT_E009}"
+
+
 @pytest.mark.parametrize("option", DURATIONS)
-@pytest.mark.parametrize("value", [0.001, 0.5, 30, 86400.0])
+@pytest.mark.parametrize("value", [0.001, 0.5, 30, 86400.0, 315360000])
 def test_check__duration_positive__no_error(option: str, value: float) -> None:
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == []

@@ -146,7 +146,7 @@ def test_getitem__bad_ttl_names_the_setting(ttl: object) -> None:
             locks["x"]
         message = str(raised.value)
         assert message.startswith("LOCKS['x']['OPTIONS']['ttl'] ")
-        assert f"got {ttl!r}" in message
+        assert repr(ttl) in message
         assert "x" not in locks._backends
         with pytest.raises(InvalidLockBackendError):
             locks["x"]

@@ -9,10 +9,13 @@ import json
 import logging
 import os
 import secrets
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 import redis as redis_py
@@ -22,6 +25,7 @@ from django.test import override_settings
 
 from django_redis_lock import locks
 from django_redis_lock.backends.base import AcquireResult, BaseLockBackend, holder_metadata
+from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.management import listing
 from django_redis_lock.management.commands.locks import Command
 from django_redis_lock.testing import RedisServer
@@ -29,6 +33,7 @@ from django_redis_lock.testing import RedisServer
 from .conftest import locks_setting
 from .helpers import eventually
 
+REPO = Path(__file__).resolve().parents[1]
 TASK_ID = "5d9e6c3a-1f2b-4c1d-9e8f-0a1b2c3d4e5f"
 CELERY = {
     "task_id": TASK_ID,
@@ -187,6 +192,70 @@ def test_locks_alone_is_locks_list() -> None:
 
     assert out.getvalue().splitlines()[1].split()[:2] == ["default", "reports:daily"]
     assert out.getvalue().splitlines()[-1] == "1 holder listed."
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--json", "--using", "default"],
+        ["--using", "default", "--json"],
+        ["--json", "--using=default"],
+        ["--js", "--using", "default"],  # argparse's abbreviations, as after `list`
+        ["--verbosity", "2", "--json", "--using", "default"],  # options of every command first
+        ["-v2", "--skip-checks", "--json", "--using", "default"],
+        ["--skip-checks", "list", "--json", "--using", "default"],
+    ],
+)
+def test_locks_with_options_of_list_is_locks_list(args: list[str]) -> None:
+    hold(locks["default"], "reports:daily")
+    hold(locks["locmem"], "import:42")
+
+    result = run(*args)
+
+    assert result.code == 0, result.err
+    assert [(one["alias"], one["name"]) for one in result.json()["locks"]] == [
+        ("default", "reports:daily")
+    ]
+    assert result.json()["errors"] == []
+
+
+def test_locks_with_options_of_list__from_a_shell(capsys: pytest.CaptureFixture[str]) -> None:
+    hold(locks["default"], "reports:daily")
+
+    code, out, err = run_from_shell(capsys, "--using", "default", "--limit", "1")
+
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1].split()[:2] == ["default", "reports:daily"]
+    assert out.splitlines()[-1] == "1 holder listed."
+
+
+def test_locks_with_options_of_list__through_manage_py(redis_url: str) -> None:
+    # The example project's manage.py, its settings on the suite's server: the exact words
+    # of the report.
+    name = f"manage-py:{secrets.token_hex(4)}"
+    backend = RedisBackend(url=redis_url, key_prefix="example")
+    hold(backend, name)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env |= {"REDIS_URL": redis_url, "PYTHONPATH": str(REPO)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "example_project/manage.py", "locks", "--json", "--using", "default"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        backend.force_release(name)
+        backend.close()
+
+    assert (done.returncode, done.stderr) == (0, "")
+    document = json.loads(done.stdout)
+    assert (document["errors"], document["truncated"]) == ([], False)
+    assert name in [one["name"] for one in document["locks"]]
+    assert {one["alias"] for one in document["locks"]} == {"default"}
 
 
 def test_list__nothing_held(using: str) -> None:
@@ -559,6 +628,51 @@ def test_show__prints_every_field_and_the_full_metadata(using: str) -> None:
     assert fields["thread"].strip() == "MainThread"
     metadata = "\n".join([fields["metadata"], *lines[12:]])
     assert json.loads(metadata) == CELERY
+
+
+#: Text a client can put in a lock's metadata (a view lock records request.path) or its
+#: name: C0 controls, a C1 control (U+009B, a CSI on terminals that read it), ANSI escapes
+#: that clear the screen and recolour it, and Unicode line and bidi controls.
+HOSTILE = "a\x07b\x1b[2J\x1b[31mc\x9b31md\u2028e\u202ef\x00g\x85h\x1b]0;title\x07"
+
+
+def assert_terminal_safe(text: str) -> None:
+    """Fail if ``text`` holds a character a terminal could act on, other than line ends."""
+    acted_on = sorted({c for c in text if not c.isprintable() and c != "\n"})
+    assert not acted_on, f"raw control characters {acted_on!r} in {text!r}"
+
+
+def test_show_list_and_release__escape_control_characters(
+    using: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = f"job{HOSTILE}"
+    owner = f"own{HOSTILE}er"
+    data = {"path": f"/pay/{HOSTILE}/", f"key{HOSTILE}": [HOSTILE], "task_id": HOSTILE}
+    hold(locks[using], name, owner, data=data, host=f"web{HOSTILE}", thread=f"T{HOSTILE}")
+    caplog.set_level(logging.WARNING, logger="django_redis_lock.audit")
+
+    shown = run("show", name, "--using", using)
+    document = run("show", name, "--using", using, "--json")
+    table = run("list", "--using", using)
+    listed = run("list", "--using", using, "--json")
+    failed = run("list", "--using", using, "--fail")
+    released = run("release", name, "--using", using, "--yes")
+
+    assert [r.code for r in (shown, document, table, listed, failed, released)] == [
+        0, 0, 0, 0, 1, 0
+    ]  # fmt: skip
+    for result in (shown, document, table, listed, failed, released):
+        assert_terminal_safe(result.out + result.err)
+    for record in caplog.records:
+        assert_terminal_safe(record.getMessage())
+    assert "\\x9b31m" in shown.out
+    assert "\\x1b[2J" in shown.out
+    assert f"  owner:          {owner!r}" in shown.out.splitlines()
+    # JSON gives every value exactly.
+    [item] = document.json()["locks"]
+    assert (item["name"], item["owner"], item["metadata"]) == (name, owner, data)
+    assert (item["host"], item["thread"]) == (f"web{HOSTILE}", f"T{HOSTILE}")
+    assert listed.json()["locks"] == [item | {"ttl": ANY, "held_for": ANY}]
 
 
 def test_show__lists_every_holder_of_a_semaphore(using: str) -> None:
@@ -952,3 +1066,19 @@ def test_help__is_printed_and_exits_0(
 
     assert code == 0
     assert out.startswith(f"usage: manage.py locks {' '.join(subcommand)}".rstrip())
+
+
+def test_help__says_that_options_of_list_need_no_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = run_from_shell(capsys, "--help")
+    listed, list_help, _ = run_from_shell(capsys, "--json", "--help")
+
+    assert code == listed == 0
+    assert out.startswith("usage: manage.py locks [-h]")
+    assert "{list,show,release} ..." in out
+    assert "`locks --json` is `locks list --json`" in " ".join(out.split())
+    assert list_help.startswith("usage: manage.py locks list [-h]")
+    assert "`locks` alone, or followed by these options, runs `locks list`" in " ".join(
+        list_help.split()
+    )

@@ -178,11 +178,9 @@ def test_unavailable__lock_calls_raise_backend_unavailable(own_server: RedisServ
         ("rediss://host:6380", "rediss://host:6380"),
         ("unix:///tmp/r.sock?db=1", "unix:///tmp/r.sock?db=1"),
         ("redis://u:pw@[::1]:6379/0", "redis://u:***@[::1]:6379/0"),
-        ("unix:///tmp/r.sock?db=1&password=pw", "unix:/tmp/r.sock?db=1&password=***"),
-        (
-            "redis://host/0?password=pw&ssl_cert_reqs=none",
-            "redis://host/0?password=***&ssl_cert_reqs=none",
-        ),
+        ("unix:///tmp/r.sock?db=1&password=pw", "unix:///tmp/r.sock?db=1&password=***"),
+        # A password may hold '&': everything after password= is hidden.
+        ("redis://host/0?password=pw&ssl_cert_reqs=none", "redis://host/0?password=***"),
     ],
 )
 def test_redact_url__hides_passwords(url: str, shown: str) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -17,10 +18,14 @@ __all__ = [
     "ASYNC_CONNECTION_OPTIONS",
     "CONNECTION_OPTIONS",
     "URL_SCHEMES",
+    "UrlProblem",
     "async_client",
     "redact_url",
+    "secret_safe",
     "sentinel_problems",
     "sync_client",
+    "url_problem",
+    "url_scheme",
 ]
 
 
@@ -54,23 +59,129 @@ ASYNC_CONNECTION_OPTIONS: frozenset[str] = CONNECTION_OPTIONS & _keywords(
 
 URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
+_parse_url: Callable[[str], dict[str, Any]] = redis.connection.parse_url  # untyped in redis-py
+#: What redis-py reads from a URL besides its query (OPTIONS may not set these).
+_READ_FROM_URL = frozenset({"host", "port", "path", "connection_class"})
+#: Where a query's password (or ssl_password) starts.
+_QUERY_SECRET = re.compile("password=", re.IGNORECASE)
+
+
+def url_scheme(url: object) -> str | None:
+    """Return the scheme of ``url`` as redis-py reads it (in lower case), or None if none."""
+    if not isinstance(url, str):
+        return None
+    # Only the text up to the first colon is parsed: urllib reads the scheme as redis-py does
+    # (leading spaces and tabs dropped), and has no host part it could refuse to parse.
+    return urlsplit(url[: url.find(":") + 1]).scheme or None
+
 
 def redact_url(url: str) -> str:
-    """Return ``url`` with any password (``user:pw@`` or ``?password=``) replaced by ``***``."""
+    """Return ``url`` with anything that could be a password replaced by ``***``.
+
+    No parser is trusted to find the password, since one that is not percent-encoded misleads
+    urllib (a ``/``, ``?`` or ``#`` in it ends the host part early). Instead, everything
+    between ``scheme://`` (or the start, without one) and the *last* ``@`` is credentials,
+    unless a ``/`` starts the host part (``unix:///path``); only a user name before a ``:`` is
+    kept of them. Everything after ``password=`` (``?password=``, ``&ssl_password=``) is
+    hidden too, up to the end: a password may hold ``&``. Any text is safe to pass.
+    """
+    secret = _secret_spans(url)
+    if not secret:
+        return url  # unchanged, and not re-assembled
+    shown, at = [], 0
+    for start, end in secret:
+        shown += [url[at:start], "***"]
+        at = end
+    return "".join([*shown, url[at:]])
+
+
+def _secret_spans(url: str) -> list[tuple[int, int]]:
+    """Return the (start, end) of each part of ``url`` that may be secret, merged, in order."""
+    body, at = _credentials(url)
+    spans = []
+    if at >= 0:
+        user, colon, _ = url[body:at].partition(":")
+        plain_user = bool(colon) and not any(c in user for c in "/?#@")
+        spans.append((body + len(user) + 1 if plain_user else body, at))
+    query = _QUERY_SECRET.search(url, body)
+    if query:
+        spans.append((query.end(), len(url)))
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _credentials(url: str) -> tuple[int, int]:
+    """Return where credentials in ``url`` would start, and its last ``@`` (-1: none)."""
+    scheme = url.find("://")
+    body = 0 if scheme < 0 else scheme + 3
+    if url.startswith("/", body):  # unix:///path: no host part, so an '@' is the path's
+        return body, -1
+    return body, url.rfind("@", body)
+
+
+class UrlProblem(NamedTuple):
+    """Why a URL cannot be used: what is wrong (quoting the URL redacted), and a hint."""
+
+    message: str
+    hint: str
+
+
+def url_problem(url: str) -> UrlProblem | None:
+    """Return why redis-py cannot use ``url`` as this package needs it, or None.
+
+    The message follows "url" or "a URL that" and quotes the URL with its password hidden.
+    """
+    shown = redact_url(url)
+    body, at = _credentials(url)
+    if at >= 0 and any(c in url[body:at] for c in "/?#"):
+        # urllib would end the host part at that character, and take part of the password for
+        # a host or a port: connect elsewhere, and quote it in its errors.
+        return UrlProblem(
+            f"could not be parsed: {shown!r} (a '/', '?' or '#' comes before its last '@', so "
+            "a user name or password holds one, or an '@' follows the host)",
+            "Percent-encode the user name and password, e.g. with urllib.parse.quote(password, "
+            "safe=''): '/' is %2F, '?' %3F, '#' %23 and '@' %40.",
+        )
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises ValueError for a malformed port)
-    except ValueError:
-        return "<unparsable URL>"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if parts.password is None and all(key != "password" for key, _ in query):
-        return url  # unchanged, and not re-assembled (which would alter unix:/// URLs)
-    if parts.password is not None:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        parts = parts._replace(netloc=f"{user}:***@{host}")
-    redacted = [(key, "***" if key == "password" else value) for key, value in query]
-    return parts._replace(query=urlencode(redacted, safe="*/")).geturl()
+        parsed = _parse_url(url)
+    except ValueError as exc:
+        return UrlProblem(
+            f"could not be parsed: {shown!r} ({secret_safe(url, exc)})",
+            "Write it as redis://[[user]:password@]host[:port][/db], rediss://... or "
+            "unix:///path/to/socket[?db=N], with the user name and password percent-encoded "
+            "(urllib.parse.quote(password, safe='')).",
+        )
+    if "decode_responses" in parsed:
+        return UrlProblem(
+            f"sets decode_responses: {shown!r}",
+            "Remove decode_responses from the URL: the backend reads raw bytes.",
+        )
+    unknown = sorted(set(parsed) - CONNECTION_OPTIONS - _READ_FROM_URL)
+    if unknown:
+        # Named only if the URL shows them: after password=, they are part of the password.
+        named = [key for key in unknown if f"?{key}=" in shown or f"&{key}=" in shown]
+        return UrlProblem(
+            "sets options that redis-py's connections do not take"
+            + (f" ({', '.join(map(repr, named))})" if named else "")
+            + f": {shown!r}",
+            "Remove them from the query; a password given as ?password= must write '&' as %26.",
+        )
+    return None
+
+
+def secret_safe(url: str, error: Exception) -> str:
+    """Return the message of ``error``, raised for ``url``, unless it could quote a secret.
+
+    Parsers quote the part of a URL they could not read, perhaps part of a password.
+    """
+    if redact_url(url) == url:
+        return str(error)
+    return "the error is not shown: it could quote the password"
 
 
 #: How a Sentinel is named in OPTIONS: "host:port", or a [host, port] pair.
@@ -117,10 +228,9 @@ def sentinel_address(value: object) -> tuple[str, int] | None:
 
 def sentinel_connection(url: str) -> dict[str, Any]:
     """Return what a URL says about the primary behind Sentinel: database, credentials, TLS."""
-    parse_url: Any = redis.connection.parse_url  # untyped in redis-py
-    parts: dict[str, Any] = parse_url(url)
+    parts = _parse_url(url)
     found: dict[str, Any] = {k: parts[k] for k in ("db", "username", "password") if k in parts}
-    if urlsplit(url).scheme == "rediss":
+    if url_scheme(url) == "rediss":
         found["ssl"] = True
     return found
 

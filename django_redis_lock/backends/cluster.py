@@ -24,7 +24,7 @@ from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
-from ._redis_options import redact_url, sentinel_address
+from ._redis_options import redact_url, secret_safe, sentinel_address
 from .base import LockInfo
 from .redis import RedisBackend, _seconds
 
@@ -88,7 +88,7 @@ class RedisClusterBackend(RedisBackend):
             raise self._unavailable(exc, None) from exc
         except (TypeError, ValueError) as exc:
             raise InvalidLockBackendError(
-                f"Redis Cluster options could not be used: {exc}"
+                f"Redis Cluster options could not be used: {secret_safe(url, exc)}"
             ) from None
 
     def _new_async_client(self) -> Any:

@@ -10,7 +10,6 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
@@ -29,8 +28,11 @@ from ._redis_options import (
     SentinelAddress,
     async_client,
     redact_url,
+    secret_safe,
     sentinel_problems,
     sync_client,
+    url_problem,
+    url_scheme,
 )
 from ._scripts import SCRIPT_NAMES, source
 from .base import (
@@ -101,11 +103,18 @@ class RedisBackend(RedisKeyspace):
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
         self.wait_replicas_timeout = option_seconds("wait_replicas_timeout", wait_replicas_timeout)
-        scheme = urlsplit(url).scheme if isinstance(url, str) else None
-        if scheme not in self.url_schemes:
-            shown = redact_url(str(url))
+        if url_scheme(url) not in self.url_schemes:
+            schemes = ", ".join(f"{scheme}://" for scheme in sorted(self.url_schemes))
+            shown = redact_url(url if isinstance(url, str) else repr(url))
+            raise InvalidLockBackendError(f"url must start with one of {schemes}, got {shown!r}.")
+        unusable = url_problem(url)
+        if unusable:
+            raise InvalidLockBackendError(f"url {unusable.message}. {unusable.hint}")
+        unknown = sorted(set(connection_options) - self.connection_options)
+        if unknown:
             raise InvalidLockBackendError(
-                f"url must start with redis://, rediss:// or unix://, got {shown!r}."
+                f"{type(self).__name__} does not take {', '.join(map(repr, unknown))}: see "
+                "its OPTIONS in the deployment documentation."
             )
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
@@ -132,7 +141,7 @@ class RedisBackend(RedisKeyspace):
             self.client: redis.Redis = self._connect(url, {**timeouts, **connection_options})
         except ValueError as exc:
             raise InvalidLockBackendError(
-                f"url {redact_url(url)!r} could not be parsed: {exc}"
+                f"url {redact_url(url)!r} could not be used: {secret_safe(url, exc)}"
             ) from None
         self._async_clients = PerLoop(self._new_async_client, _close_async_client)
         # SHA1 of each script: EVALSHA sends the digest, and a NOSCRIPT reply loads it once.

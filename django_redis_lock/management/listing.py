@@ -25,11 +25,13 @@ __all__ = [
     "Writer",
     "details",
     "duration",
+    "escaped",
     "location",
     "one_line",
     "plural",
     "record",
     "scan",
+    "shown",
     "summary",
     "task_id",
 ]
@@ -187,10 +189,13 @@ class TableWriter(Writer):
 
 
 def details(info: LockInfo) -> str:
-    """Return every field of one holder, one per line, its metadata as indented JSON."""
+    """Return every field of one holder, one per line, its metadata as indented JSON.
+
+    Whatever the holder recorded, nothing a terminal acts on is written (see :func:`escaped`).
+    """
     metadata = json.dumps(info.metadata, indent=2, sort_keys=True, ensure_ascii=False)
     fields = [
-        ("owner", info.owner),
+        ("owner", shown(info.owner)),
         ("task id", shown(task_id(info) or "-")),
         ("holds", str(info.holds)),
         ("ttl", f"{info.ttl:.3f} s ({duration(info.ttl)})"),
@@ -200,7 +205,8 @@ def details(info: LockInfo) -> str:
         ("host", shown(info.host or "-")),
         ("pid", "-" if info.pid is None else str(info.pid)),
         ("thread", shown(info.thread or "-")),
-        ("metadata", metadata.replace("\n", "\n" + " " * 18)),
+        # JSON's own line breaks stay: json.dumps writes any in the values as \n.
+        ("metadata", ("\n" + " " * 18).join(map(escaped, metadata.split("\n")))),
     ]
     return "\n".join(f"  {label + ':':<16}{value}" for label, value in fields)
 
@@ -209,7 +215,7 @@ def summary(info: LockInfo) -> str:
     """Return one line naming a holder: owner token, task, where it runs, how long held."""
     task = _task(info)
     return (
-        f"owner {info.owner}"
+        f"owner {shown(info.owner)}"
         + (f", {task}" if task else "")
         + f", {_place(info)}, held for {duration(info.held_for)}, {plural(info.holds, 'hold')}"
     )
@@ -228,7 +234,7 @@ def _task(info: LockInfo) -> str | None:
 
 def _place(info: LockInfo) -> str:
     if info.host is None and info.pid is None and info.thread is None:
-        return info.owner
+        return shown(info.owner)
     parts = (info.host, None if info.pid is None else str(info.pid), info.thread)
     return shown("/".join(part or "?" for part in parts))
 
@@ -243,14 +249,27 @@ def _metadata_summary(metadata: dict[str, Any], width: int = 40) -> str:
             f"{key}={value if isinstance(value, str) else json.dumps(value)}"
             for key, value in metadata.items()
         )
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    text = escaped(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def shown(text: str) -> str:
-    """Return ``text`` as is, or as a Python literal if it could be misread in a table."""
+    """Return ``text`` as is, or as a Python literal if it could be misread in a table.
+
+    A literal escapes what :func:`escaped` does, and quotes and backslashes besides.
+    """
     plain = text.isprintable() and "\\" not in text and text == text.strip()
     return text if plain and text else repr(text)
+
+
+def escaped(text: str) -> str:
+    """Return ``text`` with each character that is not printable written as Python escapes it.
+
+    Control characters (C0 such as ESC, which starts an ANSI sequence, and C1 such as U+009B),
+    line and paragraph separators and format characters such as bidi overrides are what a
+    terminal could act on; lock names, owners and metadata are written by whoever locks.
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def duration(seconds: float) -> str:

@@ -12,23 +12,18 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
-import math
 import os
 import sys
 import textwrap
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ..._validation import validate_name
 from ...backends.base import BaseLockBackend, LockInfo, glob_escape
-from ...exceptions import (
-    BackendUnavailableError,
-    InvalidLockArgumentError,
-    InvalidLockBackendError,
-)
+from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
+from ..arguments import LocksParser, lock_name, seconds, whole_number
 from ..listing import (
     JSON_FORMAT,
     PAGE_SIZE,
@@ -41,6 +36,7 @@ from ..listing import (
     one_line,
     plural,
     scan,
+    shown,
     summary,
     task_id,
 )
@@ -56,46 +52,13 @@ nothing to show or free, a release was declined); 2 a usage error, a bad LOCKS s
 backend that could not be reached (one line on stderr)."""
 
 
-class LocksParser(CommandParser):
-    """A parser whose usage errors exit 2 through ``call_command`` too, as from a shell."""
-
-    def error(self, message: str) -> NoReturn:
-        if self.called_from_command_line:
-            super().error(message)
-        raise CommandError(f"Error: {message}", returncode=2)
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _name(text: str) -> str:
-    try:
-        return validate_name(text)
-    except InvalidLockArgumentError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 class Command(BaseCommand):
     """``manage.py locks [list|show|release]``: see the module docstring and ``--help``."""
 
-    help = "List the held locks, show one lock, or force-release one. Alone: `locks list`."
+    help = (
+        "List the held locks, show one lock, or force-release one. With no subcommand, alone or "
+        "with options of `list`, it runs `locks list`: `locks --json` is `locks list --json`."
+    )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         kwargs.setdefault("epilog", EXIT_STATUS)
@@ -103,6 +66,8 @@ class Command(BaseCommand):
         # Django's parser reports usage errors of call_command() with exit status 1; ours says 2
         # both ways. Its subparsers are LocksParsers already (see add_arguments).
         parser.__class__ = LocksParser
+        assert isinstance(parser, LocksParser)
+        parser.default_subcommand = "list"
         return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -122,7 +87,8 @@ class Command(BaseCommand):
                 "(Celery task id, else host/pid/thread), holds, lease left, time held, fencing "
                 "token and a short metadata summary. Names with control characters, a "
                 "backslash or surrounding spaces are shown quoted, as Python literals; --json "
-                "gives every name exactly. `locks` alone runs `locks list`."
+                "gives every name exactly. `locks` alone, or followed by these options, runs "
+                "`locks list`."
             ),
             epilog=f"{JSON_FORMAT}\n\n{EXIT_STATUS}",
             formatter_class=raw,
@@ -137,18 +103,18 @@ class Command(BaseCommand):
             "contains *, ?, [ or \\ with --exact, or escape those characters with \\.",
         )
         which.add_argument(
-            "--exact", metavar="NAME", type=_name, help="Only the lock named exactly NAME."
+            "--exact", metavar="NAME", type=lock_name, help="Only the lock named exactly NAME."
         )
         listing.add_argument(
             "--json", action="store_true", help="Write JSON (format below) instead of a table."
         )
         listing.add_argument(
-            "--limit", metavar="N", type=_count, help="Stop after N holders (default: all)."
+            "--limit", metavar="N", type=whole_number, help="Stop after N holders (default: all)."
         )
         listing.add_argument(
             "--older-than",
             metavar="SECONDS",
-            type=_seconds,
+            type=seconds,
             help="Only holders that have held their lock for more than SECONDS.",
         )
         listing.add_argument(
@@ -169,7 +135,7 @@ class Command(BaseCommand):
             epilog=f"{JSON_FORMAT}\n\n{EXIT_STATUS}",
             formatter_class=raw,
         )
-        show.add_argument("name", metavar="NAME", type=_name, help="The exact lock name.")
+        show.add_argument("name", metavar="NAME", type=lock_name, help="The exact lock name.")
         _add_using(show)
         show.add_argument("--json", action="store_true", help="Write JSON instead of text.")
 
@@ -183,7 +149,7 @@ class Command(BaseCommand):
             "django_redis_lock.audit logger.",
             epilog=EXIT_STATUS,
         )
-        release.add_argument("name", metavar="NAME", type=_name, help="The exact lock name.")
+        release.add_argument("name", metavar="NAME", type=lock_name, help="The exact lock name.")
         release.add_argument(
             "--owner",
             help="Free only this holder (an owner token, as `locks show` prints it); if it "
@@ -302,7 +268,8 @@ class Command(BaseCommand):
                     if backend.force_release(name, owner=info.owner):
                         freed.append(info)
                     else:
-                        self.stdout.write(f"Owner {info.owner} on {alias} had let go already.")
+                        owner = shown(info.owner)
+                        self.stdout.write(f"Owner {owner} on {alias} had let go already.")
             finally:  # what was freed is logged even if the backend fails half-way
                 if freed:
                     _audit(user, alias, name, freed)
@@ -350,7 +317,7 @@ def _holders_to_free(
     for alias, backend in _backends(using):
         holders = backend.lock_info(name)
         chosen = [info for info in holders if owner is None or info.owner == owner]
-        others += [f"{alias} {info.owner}" for info in holders if info not in chosen]
+        others += [f"{alias} {shown(info.owner)}" for info in holders if info not in chosen]
         if chosen:
             targets.append((alias, backend, chosen))
     if targets:
