@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import statistics
 import threading
 import time
@@ -734,3 +735,13 @@ def test_admin__lists_the_locks_of_every_primary(
     pages = follow_pages(client, LIST_URL, {"alias": "cluster"})
     seen = [name for page in pages for alias, name in page if alias == "cluster"]
     assert sorted(seen) == sorted(held)  # every lock of the three primaries, once
+
+
+def test_unreachable_cluster__raises_backend_unavailable_naming_the_nodes() -> None:
+    # Nothing listens there: redis-py raises its own RedisClusterException (no RedisError).
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        port = placeholder.getsockname()[1]
+    node = f"127.0.0.1:{port}"
+    with pytest.raises(BackendUnavailableError, match=f"Redis Cluster {node} is unavailable"):
+        RedisClusterBackend(startup_nodes=[node], socket_connect_timeout=0.2)

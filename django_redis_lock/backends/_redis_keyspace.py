@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
 from ..exceptions import BackendUnavailableError
 from .base import BaseLockBackend, LockInfo, glob_escape, page_cursor
@@ -55,11 +56,15 @@ class RedisKeyspace(BaseLockBackend):
     def _errors(self, name: str | None) -> Iterator[None]:
         try:
             yield
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise self._unavailable(exc, name) from exc
 
-    def _unavailable(self, exc: redis.RedisError, name: str | None) -> BackendUnavailableError:
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+    def _unavailable(
+        self, exc: redis.RedisError | RedisClusterException, name: str | None
+    ) -> BackendUnavailableError:
+        # redis-py's cluster client says "cannot be connected" with a RedisClusterException,
+        # which is no RedisError.
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, RedisClusterException)):
             problem = "is unavailable"
         else:
             # A server that answers but refuses (read-only replica, ACL, bad database index)

@@ -84,7 +84,7 @@ class RedisClusterBackend(RedisBackend):
                 ]
                 return redis.cluster.RedisCluster(startup_nodes=nodes, **options)
             return redis.cluster.RedisCluster.from_url(url, **options)
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise self._unavailable(exc, None) from exc
         except (TypeError, ValueError) as exc:
             raise InvalidLockBackendError(
