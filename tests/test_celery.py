@@ -231,7 +231,7 @@ class Request:
 def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
     app: Celery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_redis_lock import celery as integration
+    from django_redis_lock import _celery_worker as integration
 
     @app.task(name="eager.hooked")
     @single_instance()
