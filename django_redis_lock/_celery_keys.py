@@ -10,7 +10,7 @@ import decimal
 import hashlib
 import inspect
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -73,6 +73,17 @@ class SingleInstance:
         bound = self.signature.bind(*args, **kwargs)
         bound.apply_defaults()
         return {name: _key_value(value) for name, value in bound.arguments.items()}
+
+    def message_lock_name(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """Return the lock name of a run of ``task`` whose message has these arguments.
+
+        The function gets them as Celery calls it: with the task itself in front for a
+        bound task (``bind=True``, or a task class whose ``run`` method is decorated).
+        """
+        func_args = tuple(args)
+        if inspect.ismethod(task.run):
+            func_args = (task.run.__self__, *func_args)
+        return self.lock_name(task.name, func_args, dict(kwargs))
 
 
 def _key_value(value: object) -> object:

@@ -43,12 +43,14 @@ def release_run(
     """Free the lock that the run of ``task`` in process ``pid`` holds; safe to repeat.
 
     For a worker's main process whose child ran the task and died or was killed: only that
-    run's hold is freed, whatever other runs hold. Return how many holds were freed.
+    run's hold is freed, whatever other runs hold. ``args`` and ``kwargs`` are the task
+    message's, as the worker's request has them (without the task of a bound task). Return
+    how many holds were freed.
     """
     config = config_of(task)
     if config is None:
         return 0
-    name = config.lock_name(task.name, args, kwargs)
+    name = config.message_lock_name(task, args, kwargs)
     freed = locks[config.using].force_release(name, owner=run_owner(task_id, pid))
     if freed:
         logger.warning(

@@ -90,6 +90,46 @@ def test_key__a_template_that_does_not_fit_names_the_arguments() -> None:
         found.lock_name("shop.bill", (1,), {})
 
 
+@pytest.mark.parametrize("bind", [True, False])
+@pytest.mark.parametrize(
+    ("key", "part"),
+    [
+        (None, ""),
+        ("{customer_id}-{kind}", ":7-yearly"),
+        (["customer_id", "kind"], ":7:yearly"),
+        (lambda *args, kind="monthly", **kwargs: f"{len(args)}.{kind}", None),
+    ],
+)
+def test_key__a_message_names_the_lock_its_run_takes(
+    app: Celery, bind: bool, key: Any, part: str | None
+) -> None:
+    """The worker's main process names the lock from the message, as the run did."""
+    taken: list[str] = []
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        [info] = locks["default"].iter_locks("celery:eager.shape*")
+        taken.append(info.name)
+
+    if bind:
+
+        def bill(self: Any, customer_id: int, kind: str = "monthly") -> None:
+            run()
+
+    else:
+
+        def bill(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
+            run()
+
+    task = app.task(bind=bind, name="eager.shape")(single_instance(key)(bill))
+    task.apply((7,), {"kind": "yearly"})
+    found = config_of(task)
+    assert found is not None
+    if part is None:  # the callable gets the task too, when the task is bound
+        part = f":{2 if bind else 1}.yearly"
+    assert found.message_lock_name(task, (7,), {"kind": "yearly"}) == taken[0]
+    assert taken == [f"celery:eager.shape{part}"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
