@@ -1,6 +1,11 @@
 """The lock name of a ``@single_instance`` run: its settings, and the key built from its arguments.
 
-A name is ``celery:<task name>``, followed by ``:<key part>`` when the decorator has a key.
+A name is ``celery:<task name>``, followed by ``:<key part>`` when the decorator has a key. In
+the task name and in each argument value that goes into the key part, ``%`` is written
+``%25`` and ``:`` is written ``%3A`` (percent-encoding, as in URLs), so a ``:`` that joins
+parts never comes from a value: ``("x:y", "z")`` and ``("x", "y:z")`` give different names,
+while ints, slugs and e-mail addresses read as they are. A callable key's result is used as
+it is.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ import datetime as dt
 import decimal
 import hashlib
 import inspect
+import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,13 +23,28 @@ from typing import Any, Literal
 from celery import Task
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of"]
+__all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
 
 Policy = Literal["skip", "raise", "retry", "wait"]
 KeySpec = str | Sequence[str] | Callable[..., object] | None
 
 #: Lock names longer than this are hashed; the readable arguments go into the metadata.
 MAX_READABLE_NAME = 200
+
+
+def encode_key_value(text: str) -> str:
+    """Percent-encode ``%`` and ``:`` in ``text``, one value of a lock name."""
+    return text.replace("%", "%25").replace(":", "%3A")
+
+
+class _KeyFormatter(string.Formatter):
+    # Encodes each field once formatted, so that format specifications apply to the value
+    # itself and the template's own text (its ':' included) is kept as written.
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return encode_key_value(super().format_field(value, format_spec))
+
+
+_formatter = _KeyFormatter()
 
 
 @dataclass(frozen=True)
@@ -44,10 +65,11 @@ class SingleInstance:
     def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """Return the lock name of a run of ``task_name`` with these arguments."""
         part = self.key_part(args, kwargs)
-        name = f"celery:{task_name}" if part is None else f"celery:{task_name}:{part}"
+        task_part = encode_key_value(task_name)
+        name = f"celery:{task_part}" if part is None else f"celery:{task_part}:{part}"
         if len(name) > MAX_READABLE_NAME:
             digest = hashlib.sha256(name.encode()).hexdigest()[:32]
-            name = f"celery:{task_name}:sha256:{digest}"
+            name = f"celery:{task_part}:sha256:{digest}"
         return name
 
     def key_part(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
@@ -59,14 +81,14 @@ class SingleInstance:
         values = self.arguments(args, kwargs)
         if isinstance(self.key, str):
             try:
-                return self.key.format_map(values)
+                return _formatter.vformat(self.key, (), values)
             except (KeyError, IndexError, AttributeError) as exc:
                 raise ImproperlyConfigured(
                     f"single_instance key {self.key!r} does not fit the task's arguments "
                     f"({', '.join(values)}): {exc!r}. Use their names in braces, a list of "
                     "names, or a callable taking the task's arguments."
                 ) from exc
-        return ":".join(str(values[name]) for name in self.key)
+        return ":".join(encode_key_value(str(values[name])) for name in self.key)
 
     def arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, object]:
         """Return the task's arguments by name, defaults applied, as key-friendly values."""

@@ -78,7 +78,10 @@ def single_instance(
 
     Put it under ``@app.task``/``@shared_task``. ``key`` narrows the lock to some arguments:
     a format template over their names (``"{customer_id}"``), a list of names, or a callable
-    taking the task's arguments; model instances count by primary key. ``on_conflict`` says
+    taking the task's arguments; model instances count by primary key. In the values a
+    template or a list puts into the lock name, ``%`` becomes ``%25`` and ``:`` becomes
+    ``%3A``, so ``("x:y", "z")`` and ``("x", "y:z")`` never share a lock; a callable's result
+    is used as it is. ``on_conflict`` says
     what a run does when the lock is held: ``"skip"`` (log a warning, return None),
     ``"raise"`` (:class:`~django_redis_lock.LockNotAcquiredError`), ``"retry"`` (Celery
     retry after ``countdown`` seconds, by default when the holder's lease ends, within

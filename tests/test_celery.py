@@ -71,7 +71,46 @@ def test_key__values_format_predictably() -> None:
     name = found.lock_name(
         "t", (user, dt.datetime(2026, 1, 2, 3, 4, 5), decimal.Decimal("1.50"), ref), {}
     )
-    assert name == f"celery:t:{user.pk}/2026-01-02T03:04:05/1.50/{ref}"
+    assert name == f"celery:t:{user.pk}/2026-01-02T03%3A04%3A05/1.50/{ref}"
+
+
+def pair(first: object, second: object) -> None:
+    """A task function of two arguments."""
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__values_with_a_colon_never_give_the_same_name(key: Any) -> None:
+    found = config(key, pair)
+    assert found.lock_name("t", ("x:y", "z"), {}) == "celery:t:x%3Ay:z"
+    assert found.lock_name("t", ("x", "y:z"), {}) == "celery:t:x:y%3Az"
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__a_percent_sign_is_encoded_too(key: Any) -> None:
+    """Else the value "x%3Ay" would read as the encoded "x:y"."""
+    found = config(key, pair)
+    assert found.lock_name("t", ("x%3Ay", "z"), {}) == "celery:t:x%253Ay:z"
+    assert found.lock_name("t", ("x:y", "z"), {}) == "celery:t:x%3Ay:z"
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__ordinary_values_read_as_they_are(key: Any) -> None:
+    found = config(key, pair)
+    assert found.lock_name("t", (42, "spring-sale_2026"), {}) == "celery:t:42:spring-sale_2026"
+    assert found.lock_name("t", ("ada@example.com", "a.b/c d"), {}) == (
+        "celery:t:ada@example.com:a.b/c d"
+    )
+
+
+def test_key__a_format_specification_applies_to_the_value_before_it_is_encoded() -> None:
+    found = config("{first:05d}:{second!r}", pair)
+    assert found.lock_name("t", (42, "a:b"), {}) == "celery:t:00042:'a%3Ab'"
+
+
+def test_key__a_task_name_with_a_colon_is_encoded() -> None:
+    """Else task "shop:bill" with no key would share the lock of task "shop" keyed "bill"."""
+    assert config(None, pair).lock_name("shop:bill", (1, 2), {}) == "celery:shop%3Abill"
+    assert config("{first}", pair).lock_name("shop", ("bill", 2), {}) == "celery:shop:bill"
 
 
 def test_key__a_long_name_is_hashed_and_stays_stable() -> None:
