@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from celery import Task
+from celery.local import Proxy
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
@@ -103,8 +104,13 @@ class SingleInstance:
         bound task (``bind=True``, or a task class whose ``run`` method is decorated).
         """
         func_args = tuple(args)
-        if inspect.ismethod(task.run):
-            func_args = (task.run.__self__, *func_args)
+        if isinstance(task, Proxy):  # as shared_task and a lazy app.task return it
+            task = task._get_current_object()
+        # The task's class holds run as Celery made it: a function, so a method of the task,
+        # when bound, and a staticmethod when not. The instance's own run may be a wrapper
+        # that calls it (autoretry_for puts one there), and tells nothing.
+        if inspect.isfunction(inspect.getattr_static(type(task), "run", None)):
+            func_args = (task, *func_args)
         return self.lock_name(task.name, func_args, dict(kwargs))
 
 

@@ -227,3 +227,23 @@ SHAPES = {
 def bill_as_documented(self: Task, customer_id: int) -> None:
     """The docs' own example, to the letter."""
     hold_until_ended()
+
+
+@app.task(bind=True, autoretry_for=(ConnectionError,), name="shape.app.autoretry.template")
+@single_instance(key="{customer_id}-{kind}", ttl=60)
+def autoretrying(self: Task, customer_id: int, kind: str = "monthly") -> None:
+    """A bound task whose ``run`` Celery wraps (autoretry_for) in an attribute of the task."""
+    hold_until_ended()
+
+
+class MethodShape(Task):  # type: ignore[misc]
+    """A task class whose ``run`` method is decorated."""
+
+    name = "shape.class.method.template"
+
+    @single_instance(key="{customer_id}-{kind}", ttl=60)
+    def run(self, customer_id: int, kind: str = "monthly") -> None:
+        hold_until_ended()
+
+
+method_shape = app.register_task(MethodShape())

@@ -2,9 +2,11 @@
 
 Every shape of task (``@app.task`` and ``@shared_task``, bound and not) under every kind of key
 (none, template, list, callable), sent with positional arguments, keywords, a mix of both, or
-with a default left out, on a real prefork worker. Each way a run can end abnormally (its
-child SIGKILLed, ``revoke(terminate=True)``, the hard time limit) ends all of them at once;
-each lock must then be freed by the worker's main process, long before its 60 s lease ends.
+with a default left out, on a real prefork worker; and a bound task with ``autoretry_for``, a
+task class with a decorated ``run`` method and the docs' own example. Each way a run can end
+abnormally (its child SIGKILLed, ``revoke(terminate=True)``, the hard time limit) ends all of
+them at once; each lock must then be freed by the worker's main process, long before its 60 s
+lease ends.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ ENDS = ["child SIGKILL", "revoke terminate", "hard time limit"]
 def worker(redis_url: str) -> Iterator[dict[str, Any]]:
     """A prefork worker with a child for every run of one test."""
     prefix = f"shapes-{secrets.token_hex(4)}"
-    runs = len(SHAPES) * len(KEYS) + 1
+    runs = len(SHAPES) * len(KEYS) + 3
     with celery_harness.celery_worker(redis_url, prefix, name="shapes", concurrency=runs):
         client = redis_py.Redis.from_url(redis_url)
         app = celery_harness.celery_app(redis_url, prefix)
@@ -98,6 +100,12 @@ def test_abnormal_end__frees_the_lock_of_every_task_shape_at_once(
             task_id, kind = send(task, style, customer_id, **options)
             case = f"{task.name} sent with {style}"
             sent[task_id] = (case, expected_name(task.name, key, customer_id, kind))
+    for task in (app.autoretrying, app.method_shape):
+        style = STYLES[ENDS.index(end)]
+        customer_id = 100 + len(sent)
+        task_id, kind = send(task, style, customer_id, **options)
+        case = f"{task.name} sent with {style}"
+        sent[task_id] = (case, expected_name(task.name, "template", customer_id, kind))
     documented = app.bill_as_documented
     task_id = documented.apply_async((7,), **options).id
     sent[task_id] = ("the docs' example", f"celery:{documented.name}:7")
