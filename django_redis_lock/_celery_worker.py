@@ -1,13 +1,23 @@
-"""The worker's main process: free the lock of a run whose child process ended abnormally.
+"""Each delivery's run id, and the worker's main process freeing the lock of a dead child.
 
-Celery's ``task_received`` signal is connected when :mod:`django_redis_lock.celery` is
-imported, which a worker does when it loads the tasks that use ``@single_instance``.
+A run's lock is held by the owner ``celery:<run id>``. The run id is random and new for each
+delivery of a task message: the worker's main process makes one when it receives the message
+(Celery's ``task_received`` signal) and puts it into the request that the pool sends to the
+process running the body, where Celery makes it an attribute of ``task.request``. Two
+deliveries of one task id therefore never share an owner, in any pool (prefork, threads,
+gevent, eventlet, solo) nor across workers whose children have the same process id (PID
+namespaces), and the main process still knows the owner of the run its dead child held.
+
+The signal is connected when :mod:`django_redis_lock.celery` is imported, which a worker does
+when it loads the tasks that use ``@single_instance``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +29,14 @@ from celery.signals import task_received
 from ._celery_keys import config_of
 from .handler import locks
 
-__all__ = ["CHILD_EXIT_WAIT", "release_run", "run_owner"]
+__all__ = [
+    "CHILD_EXIT_WAIT",
+    "RUN_ID_FIELD",
+    "new_run_id",
+    "release_run",
+    "run_id_of",
+    "run_owner",
+]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -27,20 +44,30 @@ logger = logging.getLogger("django_redis_lock")
 #: child's lock itself (a child that outlives this keeps, and frees, its lock on its own).
 CHILD_EXIT_WAIT = 60.0
 
+#: The key of the run id in a worker's request dict, and so the attribute of ``task.request``.
+RUN_ID_FIELD = "django_redis_lock_run_id"
 
-def run_owner(task_id: str, pid: int) -> str:
-    """Return the owner token of the run of task ``task_id`` in process ``pid``.
-
-    The task id alone would not do: a retried or redelivered run has the same id, and must not
-    share (or free) the hold of the run before it.
-    """
-    return f"celery:{task_id}:{pid}"
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
-def release_run(
-    task: Task, task_id: str, pid: int, args: Sequence[Any], kwargs: dict[str, Any]
-) -> int:
-    """Free the lock that the run of ``task`` in process ``pid`` holds; safe to repeat.
+def new_run_id() -> str:
+    """Return a new run id: 128 random bits from :mod:`secrets`, in hexadecimal."""
+    return secrets.token_hex(16)
+
+
+def run_id_of(request: Any) -> str | None:
+    """Return the run id that the worker's main process gave this task request, if any."""
+    run_id = getattr(request, RUN_ID_FIELD, None)
+    return run_id if isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) else None
+
+
+def run_owner(run_id: str) -> str:
+    """Return the owner token of the run ``run_id``."""
+    return f"celery:{run_id}"
+
+
+def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """Free the lock that the run ``run_id`` of ``task`` holds; safe to repeat.
 
     For a worker's main process whose child ran the task and died or was killed: only that
     run's hold is freed, whatever other runs hold. ``args`` and ``kwargs`` are the task
@@ -51,28 +78,35 @@ def release_run(
     if config is None:
         return 0
     name = config.message_lock_name(task, args, kwargs)
-    freed = locks[config.using].force_release(name, owner=run_owner(task_id, pid))
+    freed = locks[config.using].force_release(name, owner=run_owner(run_id))
     if freed:
         logger.warning(
-            "Freed lock %r of task %s[%s], whose run ended abnormally.", name, task.name, task_id
+            "Freed lock %r of task %s (run %s), whose run ended abnormally.",
+            name,
+            task.name,
+            run_id,
         )
     return freed
 
 
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
-    # In the worker's main process: when the pool reports that the run's child was killed,
+    # In the worker's main process: give the delivery its run id (the request dict is sent
+    # to the pool after this signal). When the pool reports that the run's child was killed,
     # terminated or went past its hard time limit, free the run's lock, as soon as the child
     # is gone (the pool reports a time limit before it kills the child, and a child may
     # ignore SIGTERM for a while), and before Celery's own handler publishes a retry when the
     # child is gone already. Celery versions differ in which signals they send on these
     # paths; these handlers are called on all of them.
     task = getattr(request, "task", None)
-    if task is None or config_of(task) is None:
+    request_dict = getattr(request, "request_dict", None)
+    if task is None or config_of(task) is None or not isinstance(request_dict, dict):
         return
+    # Set, not kept: a run id that came with the message names another delivery.
+    run_id = request_dict[RUN_ID_FIELD] = new_run_id()
 
-    def release(pid: int) -> None:
+    def release() -> None:
         try:
-            release_run(task, request.id, pid, request.args, request.kwargs)
+            release_run(task, run_id, request.args, request.kwargs)
         except Exception:
             logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
 
@@ -81,7 +115,7 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
         if pid is None or pid == os.getpid():
             return  # never started, or ran in this process (a non-forking pool)
         if _process_gone(pid):
-            release(pid)
+            release()
         else:
             threading.Thread(
                 target=_release_when_gone, args=(pid, release), name="drl-release", daemon=True
@@ -106,13 +140,13 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
     request.on_timeout = timed_out
 
 
-def _release_when_gone(pid: int, release: Callable[[int], None]) -> None:
+def _release_when_gone(pid: int, release: Callable[[], None]) -> None:
     deadline = time.monotonic() + CHILD_EXIT_WAIT
     while not _process_gone(pid):
         if time.monotonic() > deadline:
             return  # still alive: its own renewal keeps (and its exit releases) the lock
         time.sleep(0.02)
-    release(pid)
+    release()
 
 
 def _process_gone(pid: int) -> bool:

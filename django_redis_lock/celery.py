@@ -11,10 +11,11 @@
 
 The lock is taken when the task's body starts (so beat, chains, chords, ``send_task``,
 ``apply()`` and eager mode are all covered) and held, renewed, only while it runs. Its owner
-is the task id, so the worker's main process can free a lock whose child process died: it
-does so at once when the child is killed, hits the hard time limit or is terminated by a
-revoke; a whole worker killed frees its locks when their short leases end. A ``self.retry()``
-frees the lock before the retry is published, so the retried run can take it.
+is the run: each delivery of a message gets a random run id from the worker's main process,
+so two deliveries of one task id never share a hold, and that process can free the lock of a
+child that died: it does so at once when the child is killed, hits the hard time limit or is
+terminated by a revoke; a whole worker killed frees its locks when their short leases end. A
+``self.retry()`` frees the lock before the retry is published, so the retried run can take it.
 
 Only this module, and the private modules it uses, import Celery
 (``pip install django-redis-lock[celery]``).
@@ -37,7 +38,14 @@ from celery.signals import before_task_publish
 from django.core.exceptions import ImproperlyConfigured
 
 from ._celery_keys import MAX_READABLE_NAME, KeySpec, Policy, SingleInstance, config_of
-from ._celery_worker import CHILD_EXIT_WAIT, release_run, run_owner
+from ._celery_worker import (
+    CHILD_EXIT_WAIT,
+    RUN_ID_FIELD,
+    new_run_id,
+    release_run,
+    run_id_of,
+    run_owner,
+)
 from ._validation import validate_limit, validate_timeout, validate_ttl
 from .conf import DEFAULT_ALIAS
 from .exceptions import LockNotAcquiredError
@@ -58,7 +66,7 @@ R = TypeVar("R")
 
 logger = logging.getLogger("django_redis_lock")
 
-#: Locks of the task runs in this process, by task id (for releasing before a retry).
+#: Locks of the task runs in this process, by run id (for releasing before a retry).
 _running: dict[str, Lock] = {}
 
 
@@ -146,7 +154,7 @@ def _run_single(
 ) -> Any:
     task = get_current_task()
     task_name = task.name if task is not None else f"{func.__module__}.{func.__qualname__}"
-    task_id = task.request.id if task is not None else None
+    run_id = None if task is None or task.request.id is None else _run_id(task.request)
     name = config.lock_name(task_name, args, kwargs)
     held = Lock(
         name,
@@ -155,15 +163,15 @@ def _run_single(
         limit=config.limit,
         blocking=config.on_conflict == "wait",
         timeout=config.timeout if config.on_conflict == "wait" else None,
-        owner=None if task_id is None else run_owner(task_id, os.getpid()),
+        owner=None if run_id is None else run_owner(run_id),
         metadata=_metadata(task, task_name, config, args, kwargs),
     )
     try:
         held.__enter__()
     except LockNotAcquiredError:
         return _conflict(config, task, held)
-    if task_id is not None:
-        _running[task_id] = held
+    if run_id is not None:
+        _running[run_id] = held
     try:
         result = func(*args, **kwargs)
     except BaseException as exc:
@@ -172,10 +180,21 @@ def _run_single(
         held.__exit__(type(exc), exc, exc.__traceback__)
         raise
     finally:
-        if task_id is not None:
-            _running.pop(task_id, None)
+        if run_id is not None:
+            _running.pop(run_id, None)
     held.__exit__(None, None, None)
     return result
+
+
+def _run_id(request: Any) -> str:
+    # The worker's main process gave each delivery its own run id. Eager runs, apply() and a
+    # worker that did not run that hook come without one: the run makes its own and keeps it
+    # on its request, where a retry it asks for finds it.
+    run_id = run_id_of(request)
+    if run_id is None:
+        run_id = new_run_id()
+        setattr(request, RUN_ID_FIELD, run_id)
+    return run_id
 
 
 def _metadata(
@@ -224,7 +243,14 @@ def _release_before_retry(headers: dict[str, Any] | None = None, **kwargs: Any) 
     # free the lock first, so that run can take it.
     if not headers:
         return
-    held = _running.pop(str(headers.get("id")), None)
+    # A run id names one delivery: no message sent from here carries it on (Celery copies a
+    # request's unknown fields into the headers of its retry).
+    headers.pop(RUN_ID_FIELD, None)
+    task = get_current_task()
+    if task is None or task.request.id is None or headers.get("id") != task.request.id:
+        return
+    run_id = run_id_of(task.request)
+    held = None if run_id is None else _running.pop(run_id, None)
     if held is not None and held.fencing_token is not None:
         held.release()
 

@@ -131,6 +131,14 @@ def test_self_retry__frees_the_lock_for_the_retried_run(tasks: Any, worker: Any)
     assert end["holds"] == 1
 
 
+@pytest.mark.parametrize("task_id", ["report/2024-01", "sync customer 7", "x" * 300])
+def test_custom_task_ids__run(tasks: Any, worker: Any, task_id: str) -> None:
+    """Celery takes any string as a task id; so does the lock's owner."""
+    assert tasks.exclusive.apply_async((1, 0.0), task_id=task_id).get(timeout=30) == 1
+    [start] = events(worker, "start")
+    assert start["run"] == 1
+
+
 def test_chain__each_link_takes_the_lock_when_it_runs(tasks: Any, worker: Any) -> None:
     from celery import chain
 
