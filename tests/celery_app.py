@@ -181,7 +181,13 @@ def _bound_key(task: Task, customer_id: int, kind: str = "monthly") -> str:
 
 
 def hold_until_ended() -> None:
-    """Record the run's start and the name of the lock it holds; sleep for a minute."""
+    """Record the run's start and the name of the lock it holds; sleep for a minute.
+
+    SIGTERM is ignored, as by a body stuck in C code: a child would otherwise leave the body
+    on the SIGTERM that comes before the SIGKILL of a hard time limit, and free its lock
+    itself, and only the worker's main process is to free it here.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     task_id = current_task.request.id
     [name] = [
         info.name
