@@ -59,7 +59,8 @@ def celery_worker(
         "DRL_CELERY_URL": redis_url,
         "DRL_CELERY_PREFIX": prefix,
         "DRL_CELERY_WORKER": "1",
-        "PYTHONPATH": str(ROOT),
+        # This checkout first, then whatever the tests were given (another Celery, say).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     (ROOT / "artifacts").mkdir(exist_ok=True)
     log = open(ROOT / "artifacts" / f"celery-{name}.log", "ab")  # noqa: SIM115
