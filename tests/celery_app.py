@@ -19,7 +19,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 django.setup()
 
 import redis  # noqa: E402
-from celery import Celery, shared_task  # noqa: E402
+from celery import Celery, Task, current_task, shared_task  # noqa: E402
+from celery.signals import task_postrun  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
 from django_redis_lock import locks  # noqa: E402
@@ -155,3 +156,100 @@ def redelivered(self: Any, run: int) -> object:
 @app.task
 def ping() -> str:
     return "pong"
+
+
+@task_postrun.connect
+def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> None:
+    # Sent for every run that returned, a skipped one included.
+    record("done", task=task.name, id=task_id, result=repr(retval))
+
+
+# Every shape of task a user writes, for the tests of abnormal ends: @app.task and
+# @shared_task, bound and not, under each kind of key. Each run records the lock it holds and
+# sleeps until it is killed, revoked or out of time.
+
+SHAPE_KEYS = ("none", "template", "list", "callable")
+
+
+def _unbound_key(customer_id: int, kind: str = "monthly") -> str:
+    return f"c{customer_id}.{kind}"
+
+
+def _bound_key(task: Task, customer_id: int, kind: str = "monthly") -> str:
+    # A bound task's function gets the task first: so does a callable key.
+    return f"c{customer_id}.{kind}"
+
+
+def hold_until_ended() -> None:
+    """Record the run's start and the name of the lock it holds; sleep for a minute.
+
+    SIGTERM is ignored, as by a body stuck in C code: a child would otherwise leave the body
+    on the SIGTERM that comes before the SIGKILL of a hard time limit, and free its lock
+    itself, and only the worker's main process is to free it here.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    task_id = current_task.request.id
+    [name] = [
+        info.name
+        for info in locks["default"].iter_locks("celery:*")
+        if info.metadata.get("task_id") == task_id
+    ]
+    record("start", task=current_task.name, id=task_id, lock=name)
+    time.sleep(60)
+
+
+def _shape(decorator: str, bound: bool, key_kind: str) -> Any:
+    name = f"shape.{decorator}.{'bound' if bound else 'unbound'}.{key_kind}"
+    key = {
+        "none": None,
+        "template": "{customer_id}-{kind}",
+        "list": ["customer_id", "kind"],
+        "callable": _bound_key if bound else _unbound_key,
+    }[key_kind]
+    register = app.task if decorator == "app" else shared_task
+    if bound:
+
+        def run(self: Task, customer_id: int, kind: str = "monthly") -> None:
+            hold_until_ended()
+
+    else:
+
+        def run(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
+            hold_until_ended()
+
+    return register(name=name, bind=bound)(single_instance(key, ttl=60)(run))
+
+
+SHAPES = {
+    (decorator, bound, key_kind): _shape(decorator, bound, key_kind)
+    for decorator in ("app", "shared")
+    for bound in (True, False)
+    for key_kind in SHAPE_KEYS
+}
+
+
+@shared_task(bind=True)
+@single_instance(key="{customer_id}", on_conflict="skip", ttl=60)
+def bill_as_documented(self: Task, customer_id: int) -> None:
+    """The docs' own example, to the letter."""
+    hold_until_ended()
+
+
+@app.task(bind=True, autoretry_for=(ConnectionError,), name="shape.app.autoretry.template")
+@single_instance(key="{customer_id}-{kind}", ttl=60)
+def autoretrying(self: Task, customer_id: int, kind: str = "monthly") -> None:
+    """A bound task whose ``run`` Celery wraps (autoretry_for) in an attribute of the task."""
+    hold_until_ended()
+
+
+class MethodShape(Task):  # type: ignore[misc]
+    """A task class whose ``run`` method is decorated."""
+
+    name = "shape.class.method.template"
+
+    @single_instance(key="{customer_id}-{kind}", ttl=60)
+    def run(self, customer_id: int, kind: str = "monthly") -> None:
+        hold_until_ended()
+
+
+method_shape = app.register_task(MethodShape())

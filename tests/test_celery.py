@@ -6,7 +6,7 @@ import datetime as dt
 import decimal
 import inspect
 import logging
-import os
+import re
 import uuid
 from typing import Any
 
@@ -71,7 +71,46 @@ def test_key__values_format_predictably() -> None:
     name = found.lock_name(
         "t", (user, dt.datetime(2026, 1, 2, 3, 4, 5), decimal.Decimal("1.50"), ref), {}
     )
-    assert name == f"celery:t:{user.pk}/2026-01-02T03:04:05/1.50/{ref}"
+    assert name == f"celery:t:{user.pk}/2026-01-02T03%3A04%3A05/1.50/{ref}"
+
+
+def pair(first: object, second: object) -> None:
+    """A task function of two arguments."""
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__values_with_a_colon_never_give_the_same_name(key: Any) -> None:
+    found = config(key, pair)
+    assert found.lock_name("t", ("x:y", "z"), {}) == "celery:t:x%3Ay:z"
+    assert found.lock_name("t", ("x", "y:z"), {}) == "celery:t:x:y%3Az"
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__a_percent_sign_is_encoded_too(key: Any) -> None:
+    """Else the value "x%3Ay" would read as the encoded "x:y"."""
+    found = config(key, pair)
+    assert found.lock_name("t", ("x%3Ay", "z"), {}) == "celery:t:x%253Ay:z"
+    assert found.lock_name("t", ("x:y", "z"), {}) == "celery:t:x%3Ay:z"
+
+
+@pytest.mark.parametrize("key", ["{first}:{second}", ["first", "second"]])
+def test_key__ordinary_values_read_as_they_are(key: Any) -> None:
+    found = config(key, pair)
+    assert found.lock_name("t", (42, "spring-sale_2026"), {}) == "celery:t:42:spring-sale_2026"
+    assert found.lock_name("t", ("ada@example.com", "a.b/c d"), {}) == (
+        "celery:t:ada@example.com:a.b/c d"
+    )
+
+
+def test_key__a_format_specification_applies_to_the_value_before_it_is_encoded() -> None:
+    found = config("{first:05d}:{second!r}", pair)
+    assert found.lock_name("t", (42, "a:b"), {}) == "celery:t:00042:'a%3Ab'"
+
+
+def test_key__a_task_name_with_a_colon_is_encoded() -> None:
+    """Else task "shop:bill" with no key would share the lock of task "shop" keyed "bill"."""
+    assert config(None, pair).lock_name("shop:bill", (1, 2), {}) == "celery:shop%3Abill"
+    assert config("{first}", pair).lock_name("shop", ("bill", 2), {}) == "celery:shop:bill"
 
 
 def test_key__a_long_name_is_hashed_and_stays_stable() -> None:
@@ -88,6 +127,47 @@ def test_key__a_template_that_does_not_fit_names_the_arguments() -> None:
     found = config("{customer}", billing)
     with pytest.raises(ImproperlyConfigured, match="customer_id, kind, dry_run"):
         found.lock_name("shop.bill", (1,), {})
+
+
+@pytest.mark.parametrize("bind", [True, False])
+@pytest.mark.parametrize(
+    ("key", "part"),
+    [
+        (None, ""),
+        ("{customer_id}-{kind}", ":7-yearly"),
+        (["customer_id", "kind"], ":7:yearly"),
+        (lambda *args, kind="monthly", **kwargs: f"{len(args)}.{kind}", None),
+    ],
+)
+def test_key__a_message_names_the_lock_its_run_takes(
+    app: Celery, bind: bool, key: Any, part: str | None
+) -> None:
+    """The worker's main process names the lock from the message, as the run did."""
+    taken: list[str] = []
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        [info] = locks["default"].iter_locks("celery:eager.shape*")
+        taken.append(info.name)
+
+    if bind:
+
+        def bill(self: Any, customer_id: int, kind: str = "monthly") -> None:
+            run()
+
+    else:
+
+        def bill(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
+            run()
+
+    # Not shared: each parameter's function would be registered in later tests' apps.
+    task = app.task(bind=bind, name="eager.shape", shared=False)(single_instance(key)(bill))
+    task.apply((7,), {"kind": "yearly"})
+    found = config_of(task)
+    assert found is not None
+    if part is None:  # the callable gets the task too, when the task is bound
+        part = f":{2 if bind else 1}.yearly"
+    assert found.message_lock_name(task, (7,), {"kind": "yearly"}) == taken[0]
+    assert taken == [f"celery:eager.shape{part}"]
 
 
 @pytest.mark.parametrize(
@@ -129,7 +209,7 @@ def test_eager__a_run_holds_the_lock_with_task_details(app: Celery) -> None:
     result = report.delay("2026-11-21")
     assert result.get() == "2026-11-21"
     assert seen["task_name"] == "eager.report"
-    assert seen["owner"] == f"celery:{seen['task_id']}:{os.getpid()}"
+    assert re.fullmatch("celery:[0-9a-f]{32}", seen["owner"]), "a random run id"
     assert seen["args"] == "day='2026-11-21'"
     assert "worker_pid" in seen
     assert "started_at" in seen
@@ -217,6 +297,7 @@ class Request:
     def __init__(self, task: Any, worker_pid: int | None) -> None:
         self.task, self.worker_pid, self.id = task, worker_pid, "req-1"
         self.args, self.kwargs = (), {}
+        self.request_dict: dict[str, Any] = {"id": self.id}
         self.calls: list[str] = []
 
     def on_failure(
@@ -231,24 +312,78 @@ class Request:
 def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
     app: Celery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_redis_lock import celery as integration
+    from django_redis_lock import _celery_worker as integration
 
     @app.task(name="eager.hooked")
     @single_instance()
     def hooked() -> None:
         pass
 
-    freed: list[int] = []
+    freed: list[str] = []
     monkeypatch.setattr(
-        integration, "release_run", lambda task, task_id, pid, a, k: freed.append(pid)
+        integration, "release_run", lambda task, run_id, a, k: freed.append(run_id)
     )
-    gone_child = 2**22 + 12345  # no such process
-    request = Request(hooked, gone_child)
+    request = Request(hooked, 2**22 + 12345)  # a child that is gone: no such process
     integration._watch_request(request=request)
+    run_id = request.request_dict[integration.RUN_ID_FIELD]
     request.on_failure(object(), return_ok=True)  # the body raised: reported via on_success
     request.on_timeout(True, 1.0)  # a soft time limit: the body gets an exception
     assert freed == []
     request.on_failure(object())  # the pool's error callback: the child is gone
     request.on_timeout(False, 1.0)  # a hard time limit
-    assert freed == [gone_child, gone_child]
+    assert freed == [run_id, run_id]
     assert request.calls == ["on_failure", "on_timeout", "on_failure", "on_timeout"]
+
+
+def test_worker_hook__gives_each_delivery_a_run_id_of_its_own(app: Celery) -> None:
+    from django_redis_lock import _celery_worker as integration
+
+    @app.task(name="eager.delivered")
+    @single_instance()
+    def delivered() -> None:
+        pass
+
+    first, second = Request(delivered, None), Request(delivered, None)
+    second.request_dict[integration.RUN_ID_FIELD] = "0" * 32  # came with the message
+    for request in (first, second):
+        integration._watch_request(request=request)
+    run_ids = {r.request_dict[integration.RUN_ID_FIELD] for r in (first, second)}
+    assert len(run_ids) == 2
+    assert all(re.fullmatch("[0-9a-f]{32}", run_id) for run_id in run_ids)
+    assert "0" * 32 not in run_ids
+
+
+def test_publish__a_message_never_carries_a_run_id_on() -> None:
+    """Celery copies a request's unknown fields into the headers of the retry it sends."""
+    from django_redis_lock import _celery_worker, celery
+
+    headers = {"id": "t-1", _celery_worker.RUN_ID_FIELD: "a" * 32, "custom": "kept"}
+    celery._release_before_retry(headers=headers)
+    assert headers == {"id": "t-1", "custom": "kept"}
+
+
+def test_eager__two_runs_of_one_task_id_are_two_owners(app: Celery) -> None:
+    """A run that finds its own task id holding the lock is another delivery: it skips."""
+    inner: list[object] = []
+
+    @app.task(bind=True, name="eager.redelivered")
+    @single_instance()
+    def redelivered(self: Any, depth: int) -> str:
+        if depth == 0:
+            inner.append(redelivered.apply((1,), task_id=self.request.id).get())
+        return "ran"
+
+    assert redelivered.apply((0,), task_id="one-id").get() == "ran"
+    assert inner == [None], "the second delivery skipped"
+
+
+@pytest.mark.parametrize("task_id", ["report/2024-01", "sync customer 7", "x" * 300])
+def test_eager__any_task_id_works(app: Celery, task_id: str) -> None:
+    @app.task(bind=True, name="eager.custom-id", shared=False)
+    @single_instance()
+    def custom(self: Any) -> str:
+        [info] = locks["default"].lock_info("celery:eager.custom-id")
+        assert info.metadata["task_id"] == self.request.id
+        return str(self.request.id)
+
+    assert custom.apply(task_id=task_id).get() == task_id

@@ -3,75 +3,35 @@
 from __future__ import annotations
 
 import gc
-import itertools
-import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis as redis_py
 
-pytestmark = pytest.mark.slow
+from tests import celery_harness
+from tests.celery_harness import assert_no_overlap
 
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str) -> Iterator[dict[str, Any]]:
     """Start one real worker for the module; yield the app and the event log's client."""
     prefix = f"celery-{secrets.token_hex(4)}"
-    env = {
-        **os.environ,
-        "DRL_CELERY_URL": redis_url,
-        "DRL_CELERY_PREFIX": prefix,
-        "DRL_CELERY_WORKER": "1",
-        "PYTHONPATH": str(ROOT),
-    }
-    os.environ["DRL_CELERY_URL"], os.environ["DRL_CELERY_PREFIX"] = redis_url, prefix
-    from tests import celery_app
-
-    celery_app.app.conf.update(
-        broker_url=redis_url, result_backend=redis_url, task_default_queue=f"{prefix}-queue"
-    )
-    (ROOT / "artifacts").mkdir(exist_ok=True)
-    log = open(ROOT / "artifacts" / "celery-worker.log", "ab")  # noqa: SIM115
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
-            "--pool", "prefork", "--concurrency", "2", "--loglevel", "INFO",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "--hostname", f"{prefix}@%h", "--queues", f"{prefix}-queue",
-        ],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        assert celery_app.ping.delay().get(timeout=60) == "pong", "the worker did not start"
-        yield {"app": celery_app, "client": redis_py.Redis.from_url(redis_url), "prefix": prefix}
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with celery_harness.celery_worker(redis_url, prefix):
+        app = celery_harness.celery_app(redis_url, prefix)
+        yield {"app": app, "client": redis_py.Redis.from_url(redis_url), "prefix": prefix}
 
 
 @pytest.fixture
 def tasks(worker: dict[str, Any]) -> Iterator[Any]:
     """The test tasks, with an empty event log and no lock left from an earlier test."""
-    client, prefix = worker["client"], worker["prefix"]
-    client.delete(f"{prefix}:events")
-    for key in client.scan_iter(match=f"{prefix}:{{*"):
-        if not key.endswith(b":f"):
-            client.delete(key)
+    celery_harness.clear(worker["client"], worker["prefix"])
     yield worker["app"]
     # The test's results are garbage now: let them unsubscribe (Celery 5.6 does so in
     # __del__) while the server is still running, not at the end of the session.
@@ -79,20 +39,11 @@ def tasks(worker: dict[str, Any]) -> Iterator[Any]:
 
 
 def events(worker: dict[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
-    raw = worker["client"].lrange(f"{worker['prefix']}:events", 0, -1)
-    found = [json.loads(entry) for entry in raw]
-    return [e for e in found if kind is None or e["event"] == kind]
+    return celery_harness.events(worker["client"], worker["prefix"], kind)
 
 
 def intervals(worker: dict[str, Any], task: str) -> list[tuple[int, int]]:
-    starts = {e["run"]: e["at"] for e in events(worker, "start") if e["task"] == task}
-    ends = {e["run"]: e["at"] for e in events(worker, "end") if e["task"] == task}
-    return sorted((starts[run], ends[run]) for run in starts if run in ends)
-
-
-def assert_no_overlap(spans: list[tuple[int, int]]) -> None:
-    for (_, end), (start, _) in itertools.pairwise(spans):
-        assert end <= start, "two runs overlapped"
+    return celery_harness.spans([e for e in events(worker) if e.get("task") == task])
 
 
 def wait_for_start(
@@ -178,6 +129,14 @@ def test_self_retry__frees_the_lock_for_the_retried_run(tasks: Any, worker: Any)
     # published: the retried run holds the lock alone, not as a second hold of the first.
     [end] = events(worker, "end")
     assert end["holds"] == 1
+
+
+@pytest.mark.parametrize("task_id", ["report/2024-01", "sync customer 7", "x" * 300])
+def test_custom_task_ids__run(tasks: Any, worker: Any, task_id: str) -> None:
+    """Celery takes any string as a task id; so does the lock's owner."""
+    assert tasks.exclusive.apply_async((1, 0.0), task_id=task_id).get(timeout=30) == 1
+    [start] = events(worker, "start")
+    assert start["run"] == 1
 
 
 def test_chain__each_link_takes_the_lock_when_it_runs(tasks: Any, worker: Any) -> None:

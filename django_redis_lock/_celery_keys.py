@@ -1,0 +1,133 @@
+"""The lock name of a ``@single_instance`` run: its settings, and the key built from its arguments.
+
+A name is ``celery:<task name>``, followed by ``:<key part>`` when the decorator has a key. In
+the task name and in each argument value that goes into the key part, ``%`` is written
+``%25`` and ``:`` is written ``%3A`` (percent-encoding, as in URLs), so a ``:`` that joins
+parts never comes from a value: ``("x:y", "z")`` and ``("x", "y:z")`` give different names,
+while ints, slugs and e-mail addresses read as they are. A callable key's result is used as
+it is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+import inspect
+import string
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from celery import Task
+from celery.local import Proxy
+from django.core.exceptions import ImproperlyConfigured
+
+__all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
+
+Policy = Literal["skip", "raise", "retry", "wait"]
+KeySpec = str | Sequence[str] | Callable[..., object] | None
+
+#: Lock names longer than this are hashed; the readable arguments go into the metadata.
+MAX_READABLE_NAME = 200
+
+
+def encode_key_value(text: str) -> str:
+    """Percent-encode ``%`` and ``:`` in ``text``, one value of a lock name."""
+    return text.replace("%", "%25").replace(":", "%3A")
+
+
+class _KeyFormatter(string.Formatter):
+    # Encodes each field once formatted, so that format specifications apply to the value
+    # itself and the template's own text (its ':' included) is kept as written.
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return encode_key_value(super().format_field(value, format_spec))
+
+
+_formatter = _KeyFormatter()
+
+
+@dataclass(frozen=True)
+class SingleInstance:
+    """The settings of one ``@single_instance`` decorator, kept on the task's function."""
+
+    key: KeySpec
+    on_conflict: Policy
+    then: Literal["skip", "raise"]
+    ttl: float | None
+    timeout: float | None
+    limit: int
+    using: str
+    countdown: float | None
+    max_retries: int | None
+    signature: inspect.Signature
+
+    def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        """Return the lock name of a run of ``task_name`` with these arguments."""
+        part = self.key_part(args, kwargs)
+        task_part = encode_key_value(task_name)
+        name = f"celery:{task_part}" if part is None else f"celery:{task_part}:{part}"
+        if len(name) > MAX_READABLE_NAME:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:32]
+            name = f"celery:{task_part}:sha256:{digest}"
+        return name
+
+    def key_part(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+        """Return the part of the lock name that the task's arguments give, if any."""
+        if self.key is None:
+            return None
+        if callable(self.key):
+            return str(self.key(*args, **kwargs))
+        values = self.arguments(args, kwargs)
+        if isinstance(self.key, str):
+            try:
+                return _formatter.vformat(self.key, (), values)
+            except (KeyError, IndexError, AttributeError) as exc:
+                raise ImproperlyConfigured(
+                    f"single_instance key {self.key!r} does not fit the task's arguments "
+                    f"({', '.join(values)}): {exc!r}. Use their names in braces, a list of "
+                    "names, or a callable taking the task's arguments."
+                ) from exc
+        return ":".join(encode_key_value(str(values[name])) for name in self.key)
+
+    def arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, object]:
+        """Return the task's arguments by name, defaults applied, as key-friendly values."""
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return {name: _key_value(value) for name, value in bound.arguments.items()}
+
+    def message_lock_name(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """Return the lock name of a run of ``task`` whose message has these arguments.
+
+        The function gets them as Celery calls it: with the task itself in front for a
+        bound task (``bind=True``, or a task class whose ``run`` method is decorated).
+        """
+        func_args = tuple(args)
+        if isinstance(task, Proxy):  # as shared_task and a lazy app.task return it
+            task = task._get_current_object()
+        # The task's class holds run as Celery made it: a function, so a method of the task,
+        # when bound, and a staticmethod when not. The instance's own run may be a wrapper
+        # that calls it (autoretry_for puts one there), and tells nothing.
+        if inspect.isfunction(inspect.getattr_static(type(task), "run", None)):
+            func_args = (task, *func_args)
+        return self.lock_name(task.name, func_args, dict(kwargs))
+
+
+def _key_value(value: object) -> object:
+    # Values that format predictably in a key: model instances by primary key, UUIDs and
+    # decimals as text, dates in ISO 8601.
+    pk = getattr(getattr(value, "_meta", None), "pk", None)
+    if pk is not None:
+        return getattr(value, "pk", value)
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat()
+    return value
+
+
+def config_of(task: Task) -> SingleInstance | None:
+    """Return the ``@single_instance`` settings of ``task``, or None if it has none."""
+    config = getattr(getattr(task, "run", None), "__single_instance__", None)
+    return config if isinstance(config, SingleInstance) else None

@@ -1,0 +1,170 @@
+"""Each delivery's run id, and the worker's main process freeing the lock of a dead child.
+
+A run's lock is held by the owner ``celery:<run id>``. The run id is random and new for each
+delivery of a task message: the worker's main process makes one when it receives the message
+(Celery's ``task_received`` signal) and puts it into the request that the pool sends to the
+process running the body, where Celery makes it an attribute of ``task.request``. Two
+deliveries of one task id therefore never share an owner, in any pool (prefork, threads,
+gevent, eventlet, solo) nor across workers whose children have the same process id (PID
+namespaces), and the main process still knows the owner of the run its dead child held.
+
+The signal is connected when :mod:`django_redis_lock.celery` is imported, which a worker does
+when it loads the tasks that use ``@single_instance``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from celery import Task
+from celery.signals import task_received
+
+from ._celery_keys import config_of
+from .handler import locks
+
+__all__ = [
+    "CHILD_EXIT_WAIT",
+    "RUN_ID_FIELD",
+    "new_run_id",
+    "release_run",
+    "run_id_of",
+    "run_owner",
+]
+
+logger = logging.getLogger("django_redis_lock")
+
+#: How long the worker's main process waits for a timed-out child to exit before it frees the
+#: child's lock itself (a child that outlives this keeps, and frees, its lock on its own).
+CHILD_EXIT_WAIT = 60.0
+
+#: The key of the run id in a worker's request dict, and so the attribute of ``task.request``.
+RUN_ID_FIELD = "django_redis_lock_run_id"
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def new_run_id() -> str:
+    """Return a new run id: 128 random bits from :mod:`secrets`, in hexadecimal."""
+    return secrets.token_hex(16)
+
+
+def run_id_of(request: Any) -> str | None:
+    """Return the run id that the worker's main process gave this task request, if any."""
+    run_id = getattr(request, RUN_ID_FIELD, None)
+    return run_id if isinstance(run_id, str) and _RUN_ID.fullmatch(run_id) else None
+
+
+def run_owner(run_id: str) -> str:
+    """Return the owner token of the run ``run_id``."""
+    return f"celery:{run_id}"
+
+
+def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, Any]) -> int:
+    """Free the lock that the run ``run_id`` of ``task`` holds; safe to repeat.
+
+    For a worker's main process whose child ran the task and died or was killed: only that
+    run's hold is freed, whatever other runs hold. ``args`` and ``kwargs`` are the task
+    message's, as the worker's request has them (without the task of a bound task). Return
+    how many holds were freed.
+    """
+    config = config_of(task)
+    if config is None:
+        return 0
+    name = config.message_lock_name(task, args, kwargs)
+    freed = locks[config.using].force_release(name, owner=run_owner(run_id))
+    if freed:
+        logger.warning(
+            "Freed lock %r of task %s (run %s), whose run ended abnormally.",
+            name,
+            task.name,
+            run_id,
+        )
+    return freed
+
+
+def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
+    # In the worker's main process: give the delivery its run id (the request dict is sent
+    # to the pool after this signal). When the pool reports that the run's child was killed,
+    # terminated or went past its hard time limit, free the run's lock, as soon as the child
+    # is gone (the pool reports a time limit before it kills the child, and a child may
+    # ignore SIGTERM for a while), and before Celery's own handler publishes a retry when the
+    # child is gone already. Celery versions differ in which signals they send on these
+    # paths; these handlers are called on all of them.
+    task = getattr(request, "task", None)
+    request_dict = getattr(request, "request_dict", None)
+    if task is None or config_of(task) is None or not isinstance(request_dict, dict):
+        return
+    # Set, not kept: a run id that came with the message names another delivery.
+    run_id = request_dict[RUN_ID_FIELD] = new_run_id()
+
+    def release() -> None:
+        try:
+            release_run(task, run_id, request.args, request.kwargs)
+        except Exception:
+            logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
+
+    def release_once_gone() -> None:
+        pid: int | None = request.worker_pid
+        if pid is None or pid == os.getpid():
+            return  # never started, or ran in this process (a non-forking pool)
+        if _process_gone(pid):
+            release()
+        else:
+            threading.Thread(
+                target=_release_when_gone, args=(pid, release), name="drl-release", daemon=True
+            ).start()
+
+    on_failure, on_timeout = request.on_failure, request.on_timeout
+
+    def failed(*args: Any, **kwargs: Any) -> Any:
+        # Only the pool's error callback (a child lost, terminated or out of time) comes
+        # here without return_ok: a body that raised or retried reports through on_success,
+        # with return_ok=True, and its own run has freed the lock already.
+        if not kwargs.get("return_ok", False):
+            release_once_gone()
+        return on_failure(*args, **kwargs)
+
+    def timed_out(soft: bool, timeout: float) -> Any:
+        if not soft:
+            release_once_gone()
+        return on_timeout(soft, timeout)
+
+    request.on_failure = failed
+    request.on_timeout = timed_out
+
+
+def _release_when_gone(pid: int, release: Callable[[], None]) -> None:
+    deadline = time.monotonic() + CHILD_EXIT_WAIT
+    while not _process_gone(pid):
+        if time.monotonic() > deadline:
+            return  # still alive: its own renewal keeps (and its exit releases) the lock
+        time.sleep(0.02)
+    release()
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # dead, not reaped
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)  # no /proc: ask the kernel
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+# Connected here rather than with the decorator form, which Celery does not type.
+task_received.connect(_watch_request, weak=False)
