@@ -66,6 +66,7 @@ def test_demo__workers_take_turns_and_the_stale_write_is_refused(
     assert stale, out
     assert newer, out
     assert f"worker 2 writes with token {newer.group(1)}: accepted" in out
+    assert re.search(r"worker 1 wakes up [\d.]+ s later, sure it still holds the lock\n", out)
     assert f"worker 1 writes with token {stale.group(1)}: refused, a newer token" in out
     assert "worker 1 leaves its with block, and LockLostError tells it the lease had ended" in out
     assert "So: the storage refused the late write of worker 1" in prose(out)

@@ -86,9 +86,8 @@ class Command(BaseCommand):
                 stalled = time.monotonic()
                 signal(self.client, "stale-holds")
                 wait_for(self.client, "taken-over")
-                self.say(
-                    f"wakes up {time.monotonic() - stalled:.1f} s later, sure it still holds it"
-                )
+                slept = time.monotonic() - stalled
+                self.say(f"wakes up {slept:.1f} s later, sure it still holds the lock")
                 written = storage.write(f"written by worker {self.worker}", token=token)
                 self.say(
                     f"writes with token {token}: "
