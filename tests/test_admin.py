@@ -226,6 +226,17 @@ def test_list__celery_holder_is_named_by_its_task(viewer: Client) -> None:
     )
 
 
+def test_list__names_may_break_after_separators_and_stay_escaped(viewer: Client) -> None:
+    hold("default", "celery:shop.tasks.bill_customer:42", "owner-1")
+    hold("default", "<b>x</b>&y.z", "owner-2")
+
+    page = viewer.get(LIST_URL).content.decode()
+
+    assert ">celery:<wbr>shop.<wbr>tasks.<wbr>bill_customer:<wbr>42</th>" in page
+    assert ">&lt;b&gt;x&lt;/<wbr>b&gt;&amp;y.<wbr>z</th>" in page
+    assert "<b>x</b>" not in page
+
+
 def test_list__one_alias(viewer: Client) -> None:
     hold("default", "a", "owner-1")
     hold("locmem", "b", "owner-2")

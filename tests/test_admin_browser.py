@@ -1,8 +1,9 @@
-"""The admin's Locks page in a real browser: a live TTL countdown, then confirmed release.
+"""The admin's Locks page in a real browser: a live TTL countdown, then confirmed release;
+long names, owners and metadata wrap so the table fits a 1280 px wide window.
 
 Runs headless Chromium through Playwright against pytest-django's live server. Skipped, with
 the way to install them, when either is missing. A screenshot of the page is saved to
-``artifacts/admin-locks.png``.
+``artifacts/admin-locks.png`` (and ``admin-locks-1280.png``, of the narrow window).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def static_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 @contextmanager
-def browser_page() -> Iterator[Page]:
+def browser_page(width: int = 1600, height: int = 760) -> Iterator[Page]:
     """Yield a page of a fresh headless Chromium (a new profile), with generous timeouts."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
@@ -87,7 +88,7 @@ def browser_page() -> Iterator[Page]:
             timeout=TIMEOUT_MS * 2,
         )
         try:
-            context = browser.new_context(viewport={"width": 1600, "height": 760})
+            context = browser.new_context(viewport={"width": width, "height": height})
             context.set_default_timeout(TIMEOUT_MS)
             yield context.new_page()
         finally:
@@ -99,6 +100,14 @@ def seconds(text: str) -> int:
     match = re.fullmatch(r"(?:(\d+) min )?(\d+) s", text.strip())
     assert match, f"not a TTL: {text!r}"
     return int(match.group(1) or 0) * 60 + int(match.group(2))
+
+
+def log_in(page: Page, live_server: LiveServer, password: str) -> None:
+    """Log in as ``admin`` and open the Locks page."""
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
 
 
 def hold(alias: str, name: str, owner: str, ttl: float, **holder: Any) -> None:
@@ -127,10 +136,7 @@ def test_locks_page__live_ttl_then_confirmed_release(
     hold("locmem", "imports:partner-api", "import-job", 1800, host="web-2")
 
     with browser_page() as page:
-        page.goto(f"{live_server.url}/admin/login/?next=/admin/django_redis_lock/lock/")
-        page.fill("#id_username", "admin")
-        page.fill("#id_password", "browser-pw")
-        page.click("input[type=submit]")
+        log_in(page, live_server, "browser-pw")
         row = page.locator(f'tr.lock-row[data-name="{NAME}"]')
         row.wait_for()
         assert row.locator(".lock-owner").inner_text().startswith("reports-1, pid 4321")
@@ -166,3 +172,42 @@ def test_locks_page__live_ttl_then_confirmed_release(
     assert locks["default"].lock_info(NAME) == []
     entry = LogEntry.objects.get()
     assert (entry.user, entry.object_repr) == (user, NAME)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_locks_page__long_values_wrap_and_release_stays_in_a_1280px_window(
+    static_files: None, live_server: LiveServer
+) -> None:
+    User.objects.create_superuser("admin", "admin@example.com", "browser-pw")
+    # Long unbroken runs, as real holders have them: a task's arguments in the name, a
+    # container's host name, an owner token with a UUID, and a long metadata value.
+    name = "celery:shop.tasks.export_orders:" + "partner=acme-international-wholesale-" * 3
+    owner = "celery:" + "0f8e2a44-51c7-4a8e-9d9b-2f7c3b1a6e55" * 2 + ":123456"
+    host = "worker-" + "eu-west-1-production-celery-pool-" * 2 + "7f9c4d"
+    data = {
+        "args": "partner_ids=[" + ",".join(str(n) for n in range(1000, 1040)) + "]",
+        "trace": "x" * 90,
+        "requested_by": "nightly-scheduler@reports.example.com",
+    }
+    hold("default", name, owner, 600, host=host, thread="ThreadPoolExecutor-0_0", data=data)
+
+    with browser_page(width=1280, height=800) as page:
+        log_in(page, live_server, "browser-pw")
+        row = page.locator(f'tr.lock-row[data-name="{name}"]')
+        row.wait_for()
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT.with_name("admin-locks-1280.png")), full_page=True)
+
+        # The Release link is in the window as the page opens: nothing needs scrolling.
+        release = row.locator("a.lock-release")
+        box = release.bounding_box()
+        assert box is not None
+        assert 0 <= box["x"] <= box["x"] + box["width"] <= 1280, box
+        assert 0 <= box["y"] <= box["y"] + box["height"] <= 800, box
+        # Nothing scrolls sideways: neither the page nor the table's box.
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+        results = page.locator("#changelist .results")
+        assert results.evaluate("box => box.scrollWidth <= box.clientWidth")
+        # The long values are shown whole (wrapped), not cut.
+        assert row.locator(".lock-name").inner_text() == name
+        assert owner in row.locator(".lock-owner").inner_text()

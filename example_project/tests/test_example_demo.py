@@ -33,35 +33,68 @@ def run_demo(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def prose(out: str) -> str:
+    """Return ``out`` with its paragraphs unwrapped: every run of whitespace one space."""
+    return " ".join(out.split())
+
+
 @pytest.fixture(scope="module")
-def demo() -> str:
-    """Run the whole demo once for the module; return its output."""
+def demo() -> subprocess.CompletedProcess[str]:
+    """Run the whole demo once for the module; return what it printed."""
     result = run_demo()
     assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
+    return result
 
 
-def test_demo__workers_take_turns_and_the_stale_write_is_refused(demo: str) -> None:
-    out = demo
+def test_demo__workers_take_turns_and_the_stale_write_is_refused(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    out = demo.stdout
     assert "a throw-away server" in out
-    acquired = re.findall(r"worker (\d) acquired invoice:42 with fencing token (\d+)\n", out)
-    assert {worker for worker, _ in acquired} == {"1", "2"}
-    tokens = [int(token) for _, token in acquired]
+    assert "1. Mutual exclusion: 2 processes, one lock\n" in out
+    held = re.findall(r"worker (\d) holds invoice:42 \(fencing token (\d+)\): counter", out)
+    assert len(held) == 6
+    assert {worker for worker, _ in held} == {"1", "2"}
+    tokens = [int(token) for _, token in held]
     assert tokens == sorted(set(tokens)), "fencing tokens must grow with every acquire"
-    assert "counter = 6, expected 6: no lost update" in out
-    assert "worker 1 storage refused the write" in out
-    assert "worker 1 leaves its with block: LockLostError" in out
-    refused = re.search(r"stale write refused: token (\d+) < (\d+)", out)
+    assert "no addition was lost. Each new holder got a larger fencing token" in prose(out)
+    assert "2. Fencing: a holder whose lease ended cannot write\n" in out
+    stale = re.search(r"worker 1 takes invoice:42 with a 0.5 s lease, fencing token (\d+)\n", out)
+    newer = re.search(
+        r"worker 2 waits [\d.]+ s, then takes invoice:42 with fencing token (\d+)", out
+    )
+    assert stale, out
+    assert newer, out
+    assert f"worker 2 writes with token {newer.group(1)}: accepted" in out
+    assert re.search(r"worker 1 wakes up [\d.]+ s later, sure it still holds the lock\n", out)
+    assert f"worker 1 writes with token {stale.group(1)}: refused, a newer token" in out
+    assert "worker 1 leaves its with block, and LockLostError tells it the lease had ended" in out
+    assert "So: the storage refused the late write of worker 1" in prose(out)
+    assert "1. counter = 6, expected 6: no lost update\n" in out
+    refused = re.search(r"2. stale write refused: token (\d+) < (\d+)", out)
     assert refused, out
-    stale, newest = map(int, refused.groups())
-    assert stale < newest
-    assert "invoice:42 is free" in out
+    assert refused.groups() == (stale.group(1), newer.group(1))
+    assert int(stale.group(1)) < int(newer.group(1))
+    assert "every lock the demo took is free again (3 locks)" in out
 
 
-def test_demo__celery_task_runs_once_per_customer_and_skips_duplicates(demo: str) -> None:
-    out = demo
-    assert "3. A Celery task that never runs twice at once for one customer" in out
-    assert re.search(r"A Celery worker \(2 prefork processes\) answered after [\d.]+ s", out)
+def test_demo__tells_a_story_without_log_lines(demo: subprocess.CompletedProcess[str]) -> None:
+    # Every line is the demo's own: nothing on stderr (where a logger's records would go),
+    # nothing wider than 88 columns; three numbered parts, each ending with what it showed.
+    assert demo.stderr == ""
+    for line in demo.stdout.splitlines():
+        assert len(line) <= 88, line
+    parts = re.findall(r"^(\d)\. (.+)$", demo.stdout, flags=re.MULTILINE)
+    assert [number for number, _ in parts] == ["1", "2", "3"]
+    assert len(re.findall(r"^   So: ", demo.stdout, flags=re.MULTILINE)) == 3
+
+
+def test_demo__celery_task_runs_once_per_customer_and_skips_duplicates(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    out = demo.stdout
+    assert "3. Celery: a task that never runs twice at once for one customer" in out
+    assert re.search(r"Started a Celery worker with 2 prefork processes; it answered after", out)
     # The holder of customer 42's lock, as lock_info() reports it while the run lasts.
     holder = re.search(
         r'lock_info\("celery:shop\.tasks\.bill_customer:42"\)\n'
@@ -79,18 +112,24 @@ def test_demo__celery_task_runs_once_per_customer_and_skips_duplicates(demo: str
     assert ("42", task_id[:8], pid) in billed
     assert out.count("None: skipped, customer 42 was being billed") == 2
     assert "Customers 42 and 7 were billed at the same time" in out
-    assert out.count("nightly_report()  None: skipped") == 1
-    assert "Stopped the worker" in out
-    assert "customer 42: 1 run, 2 skipped; customer 7: 1 run\n" in out
-    assert "nightly report: 1 run, 1 skipped" in out
-    assert "celery:shop.tasks.bill_customer:42 is free" in out
-    assert "celery:shop.tasks.bill_customer:7 is free" in out
+    reports = re.findall(r"nightly_report\(\)  task \w{8}  (.+)\n", out)
+    assert sorted(reports) == ["None: skipped, a report was being made", "made the report"]
+    assert "billing runs" not in out
+    assert "Stopped the worker as an operator would" in out
+    assert "So: each customer was billed once, however many duplicates" in prose(out)
+    assert (
+        "3. customer 42: 1 run, 2 skipped; customer 7: 1 run; nightly report: 1 run, 1 skipped\n"
+        in out
+    )
 
 
 def test_demo__more_workers_and_rounds_without_celery() -> None:
     result = run_demo("--workers", "3", "--rounds", "2", "--skip-celery")
 
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "The django-redis-lock demo, in 2 parts" in result.stdout
     assert "counter = 6, expected 6: no lost update" in result.stdout
-    assert set(re.findall(r"worker (\d) counter", result.stdout)) == {"1", "2", "3"}
+    assert "3 workers x 2 additions" in result.stdout
+    assert set(re.findall(r"worker (\d) holds invoice:42", result.stdout)) == {"1", "2", "3"}
+    assert "every lock the demo took is free again (1 lock)" in result.stdout
     assert "Celery" not in result.stdout

@@ -7,6 +7,7 @@ import copy
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -44,6 +45,18 @@ class CeleryOutcome:
     report_runs: int
     report_skipped: int
 
+    def counts(self) -> str:
+        """Return the runs and skipped runs, for the summary."""
+        runs, skipped = self.runs, self.skipped
+        text = f"customer 42: {plural(runs[42], 'run')}, {skipped[42]} skipped; "
+        text += f"customer 7: {plural(runs[7], 'run')}"
+        if skipped[7]:
+            text += f", {skipped[7]} skipped"
+        return (
+            f"{text}; nightly report: {plural(self.report_runs, 'run')}, "
+            f"{self.report_skipped} skipped"
+        )
+
     def holds(self) -> bool:
         """Return whether each lock let exactly one run through, skipping the duplicates."""
         return (
@@ -78,6 +91,10 @@ class Command(BaseCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
+    def tell(self, text: str) -> None:
+        """Print ``text`` as a paragraph of the story: indented, wrapped to 88 columns."""
+        self.say(textwrap.fill(text, width=88, initial_indent="   ", subsequent_indent="   "))
+
     def handle(
         self, *args: Any, workers: int, rounds: int, skip_celery: bool, **options: Any
     ) -> None:
@@ -88,6 +105,8 @@ class Command(BaseCommand):
                 "Part 3 needs Celery: pip install 'django-redis-lock[example]', or pass "
                 "--skip-celery."
             )
+        parts = 2 if skip_celery else 3
+        self.say(f"The django-redis-lock demo, in {parts} parts: real processes, one Redis.")
         with contextlib.ExitStack() as stack:
             if os.environ.get("REDIS_URL"):
                 self.say(f"Redis: {redact_url(redis_url())} (from REDIS_URL)")
@@ -101,23 +120,33 @@ class Command(BaseCommand):
             self.client = redis_client()
             stack.callback(self.client.close)
             clear(self.client)
-            counter = self.show_mutual_exclusion(workers, rounds)
+            expected = workers * rounds
+            counter, growing = self.show_mutual_exclusion(workers, rounds)
             stale, newest = self.show_fencing()
             celery = None if skip_celery else self.show_single_instance()
             self.say()
             self.say("Summary")
-            expected = workers * rounds
             verdict = "no lost update" if counter == expected else "UPDATES WERE LOST"
-            self.say(f"  counter = {counter}, expected {expected}: {verdict}")
+            if not growing:
+                verdict += ", but fencing tokens DID NOT GROW"
+            self.say(f"  1. counter = {counter}, expected {expected}: {verdict}")
             if stale is None:
-                self.say("  stale write ACCEPTED: fencing failed")
+                self.say("  2. stale write ACCEPTED: fencing failed")
             else:
-                self.say(f"  stale write refused: token {stale} < {newest}")
-            self.say(f"  {LOCK_NAME} is {'still held' if lock(LOCK_NAME).locked() else 'free'}")
+                self.say(f"  2. stale write refused: token {stale} < {newest}")
             if celery is not None:
-                self.summarise_celery(celery)
+                self.say(f"  3. {celery.counts()}")
+            names = [LOCK_NAME] + ([] if celery is None else [bill_lock(c) for c in (42, 7)])
+            held = [name for name in names if locks["default"].locked(name)]
+            if held:
+                self.say(f"  STILL HELD: {', '.join(held)}")
+            else:
+                self.say(
+                    f"  every lock the demo took is free again ({plural(len(names), 'lock')})"
+                )
             self.leave_a_lock_for_the_admin()
-        if counter != expected or stale is None or (celery is not None and not celery.holds()):
+        failed = counter != expected or not growing or stale is None
+        if failed or (celery is not None and not celery.holds()):
             raise CommandError("The demo's invariants were violated; see the summary above.")
 
     def leave_a_lock_for_the_admin(self) -> None:
@@ -142,12 +171,20 @@ class Command(BaseCommand):
         else:
             self.say("reports:nightly is held already: the admin's Locks page shows it.")
 
-    def show_mutual_exclusion(self, workers: int, rounds: int) -> int:
-        """Run the workers' rounds at the same moment; return the final counter."""
+    def show_mutual_exclusion(self, workers: int, rounds: int) -> tuple[int, bool]:
+        """Run the workers' rounds at the same moment.
+
+        Return the final counter, and whether each holder's fencing token was larger than the
+        one before it.
+        """
         self.say()
-        self.say(f"1. {workers} processes, {rounds} rounds each, one lock: {LOCK_NAME}")
-        self.say("   Each round reads a counter in Redis, pauses, and writes it + 1:")
-        self.say("   without the lock, two workers could read the same value.")
+        self.say(f"1. Mutual exclusion: {workers} processes, one lock")
+        self.tell(
+            f"{workers} worker processes each add 1 to a counter in Redis, {rounds} times. An "
+            "addition reads the counter, pauses, and writes it back plus one: without a lock, "
+            "two workers could read the same value and one addition would be lost. Each "
+            f"addition is made holding the lock {LOCK_NAME}."
+        )
         self.run_workers(
             [
                 ["rounds", "--worker", str(n), "--rounds", str(rounds)]
@@ -155,14 +192,33 @@ class Command(BaseCommand):
             ],
             start=True,
         )
-        return int(self.client.get(demo_key("counter")) or 0)
+        counter = int(self.client.get(demo_key("counter")) or 0)
+        tokens = [int(token) for token in self.client.lrange(demo_key("tokens"), 0, -1)]
+        growing = tokens == sorted(set(tokens))
+        expected = workers * rounds
+        if counter == expected:
+            self.tell(
+                f"So: the counter is {counter}, {workers} workers x {rounds} additions: the "
+                "workers took turns and no addition was lost. "
+                + (
+                    "Each new holder got a larger fencing token than the one before it."
+                    if growing
+                    else "But fencing tokens DID NOT GROW with each holder."
+                )
+            )
+        else:
+            self.tell(f"So: the counter is {counter}, not {expected}: UPDATES WERE LOST.")
+        return counter, growing
 
     def show_fencing(self) -> tuple[int | None, int | None]:
         """Let a holder stall past its lease; return the refused token and the newest one."""
         self.say()
-        self.say("2. A lease that ends too soon")
-        self.say(f"   Worker 1 takes {LOCK_NAME} with a {LEASE:g} s lease, then stalls past it.")
-        self.say("   The storage accepts a write only with the newest fencing token.")
+        self.say("2. Fencing: a holder whose lease ended cannot write")
+        self.tell(
+            "A lease can end while its holder is paused. Worker 1 takes the lock with a "
+            f"{LEASE:g} s lease and stalls past it, so worker 2 takes it. Both then write to a "
+            "storage that accepts only the newest fencing token it has seen."
+        )
         self.run_workers(
             [
                 ["stale", "--worker", "1", "--lease", str(LEASE)],
@@ -171,7 +227,16 @@ class Command(BaseCommand):
         )
         storage = FencedStorage(self.client)
         refused = storage.refused_tokens()
-        return (refused[0] if refused else None), storage.highest_token()
+        stale, newest = (refused[0] if refused else None), storage.highest_token()
+        if stale is None:
+            self.tell("So: the stale write was ACCEPTED: fencing failed.")
+        else:
+            self.tell(
+                "So: the storage refused the late write of worker 1, whose token was older. "
+                "The lease alone could not stop that write; the fencing token did. And the "
+                "lock told worker 1 that it had lost its lease."
+            )
+        return stale, newest
 
     def show_single_instance(self) -> CeleryOutcome:
         """Send billing runs and reports to a real Celery worker at once; return what ran."""
@@ -180,18 +245,20 @@ class Command(BaseCommand):
         from shop.celery_worker import CeleryWorker
 
         self.say()
-        self.say("3. A Celery task that never runs twice at once for one customer")
-        self.say('   shop.tasks.bill_customer has @single_instance(key="{customer_id}",')
-        self.say('   on_conflict="skip"): a run that finds its customer\'s lock held is skipped')
-        self.say("   and returns None; other customers have locks of their own.")
+        self.say("3. Celery: a task that never runs twice at once for one customer")
+        self.tell(
+            'shop.tasks.bill_customer has @single_instance(key="{customer_id}", '
+            'on_conflict="skip"): a run holds the lock of its customer while it bills, and a '
+            "run that finds that lock held is skipped and returns None."
+        )
         # The demo sends its tasks where the worker takes them: to the Redis of the locks.
         app.conf.update(broker_url=redis_url(), result_backend=redis_url())
         sent: list[AsyncResult] = []
         with CeleryWorker(redis_url=redis_url(), queue=demo_key("celery")) as worker:
             waited = worker.wait_until_ready(app)
             self.say(
-                f"   A Celery worker ({worker.concurrency} prefork processes) answered after "
-                f"{waited:.1f} s."
+                f"   Started a Celery worker with {worker.concurrency} prefork processes; it "
+                f"answered after {waited:.1f} s."
             )
             try:
                 outcome = self.send_tasks(worker.queue, sent)
@@ -201,7 +268,15 @@ class Command(BaseCommand):
                 ) from exc
             finally:
                 forget(sent)
-        self.say("   Stopped the worker: SIGTERM, a warm shutdown.")
+        self.say("   Stopped the worker as an operator would: SIGTERM, a warm shutdown.")
+        if outcome.holds():
+            self.tell(
+                "So: each customer was billed once, however many duplicates were sent, and one "
+                "customer's lock did not stop another customer's run. One nightly report was "
+                "made, and its duplicate skipped."
+            )
+        else:
+            self.tell("So: expected one run per customer and one report: @single_instance FAILED.")
         return outcome
 
     def send_tasks(self, queue: str, sent: list[AsyncResult]) -> CeleryOutcome:
@@ -210,8 +285,10 @@ class Command(BaseCommand):
         Every result sent is added to ``sent``, for the caller to forget.
         """
         runs, skipped = self.bill(queue, sent)
-        self.say("   shop.tasks.nightly_report has @single_instance() with no key: one lock for")
-        self.say("   the task, whatever its arguments. Sent it twice at once:")
+        self.tell(
+            "shop.tasks.nightly_report has @single_instance() with no key: one lock for the "
+            "whole task. Sent it twice at the same moment:"
+        )
         made = self.report(queue, sent)
         return CeleryOutcome(runs, skipped, report_runs=made, report_skipped=2 - made)
 
@@ -221,7 +298,7 @@ class Command(BaseCommand):
 
         billing = [(c, bill_customer.apply_async((c,), queue=queue)) for c in BILLED]
         sent += [result for _, result in billing]
-        self.say("   Sent bill_customer(42) three times and bill_customer(7) once, at once.")
+        self.say("   Sent bill_customer(42) three times and bill_customer(7) once, all at once.")
         wait_for(self.client, "billing:42")
         self.show_holder(bill_lock(42))
         wait_for(self.client, "billing:7")
@@ -232,7 +309,7 @@ class Command(BaseCommand):
             pid = info.metadata.get("worker_pid")
             self.say(f"     {info.name:<36} task {task_id[:8]}  worker pid {pid}")
 
-        self.say("   Results:")
+        self.say("   What the four runs returned:")
         skipped = dict.fromkeys(BILLED, 0)
         for customer, result in billing:
             value = result.get(timeout=RESULT_TIMEOUT)
@@ -266,9 +343,11 @@ class Command(BaseCommand):
         pending = [nightly_report.apply_async(queue=queue) for _ in range(2)]
         sent += pending
         reports = [result.get(timeout=RESULT_TIMEOUT) for result in pending]
-        for report in reports:
-            about = "None: skipped" if report is None else f"{report['runs']} billing runs"
-            self.say(f"     {'nightly_report()':<17} {about}")
+        for result, report in zip(pending, reports, strict=True):
+            about = (
+                "None: skipped, a report was being made" if report is None else "made the report"
+            )
+            self.say(f"     {'nightly_report()':<17} task {result.id[:8]}  {about}")
         return sum(report is not None for report in reports)
 
     def show_holder(self, name: str) -> None:
@@ -285,25 +364,6 @@ class Command(BaseCommand):
             self.say(f"       worker      {data.get('hostname')}, pid {data.get('worker_pid')}")
             self.say(f"       args        {data.get('args')}")
             self.say(f"       lease       {info.ttl:.1f} s left, renewed while the run lasts")
-
-    def summarise_celery(self, outcome: CeleryOutcome) -> None:
-        """Print part 3's lines of the summary."""
-        runs, skipped = outcome.runs, outcome.skipped
-        line = f"  customer 42: {plural(runs[42], 'run')}, {skipped[42]} skipped; "
-        line += f"customer 7: {plural(runs[7], 'run')}"
-        if skipped[7]:
-            line += f", {skipped[7]} skipped"
-        self.say(line)
-        self.say(
-            f"  nightly report: {plural(outcome.report_runs, 'run')}, "
-            f"{outcome.report_skipped} skipped"
-        )
-        if not outcome.holds():
-            self.say("  expected one run per customer and one report: @single_instance FAILED")
-        for customer in dict.fromkeys(BILLED):
-            name = bill_lock(customer)
-            state = "still held" if locks["default"].locked(name) else "free"
-            self.say(f"  {name} is {state}")
 
     def run_workers(self, argvs: list[list[str]], *, start: bool = False) -> None:
         """Run one ``demo_worker`` process per argument list and wait for all of them.
