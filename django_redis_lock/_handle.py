@@ -13,6 +13,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 from ._validation import (
@@ -26,7 +27,7 @@ from ._validation import (
     validate_timeout,
     validate_ttl,
 )
-from .backends.base import AcquireResult, BaseLockBackend, holder_metadata
+from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockLostError, LockNotOwnedError
 from .handler import locks
@@ -34,7 +35,7 @@ from .holds import Hold, held, known_holds
 from .owner import new_attempt
 from .renewal import Lease, renewer
 
-__all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps"]
+__all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps", "WaitThenClaim"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -57,10 +58,21 @@ UNDO_FOR = 60.0
 LATE_ANSWERS = 3
 
 
-#: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a pair (seconds,
-#: dict): ``wait_and_claim(seconds, **dict)``), is sent their replies, and returns whether
-#: the lock was acquired.
-Steps = Generator["dict[str, Any] | tuple[float, dict[str, Any]]", AcquireResult, bool]
+@dataclass(frozen=True, slots=True)
+class WaitThenClaim:
+    """A step of the acquire loop: wait up to ``seconds`` for a handoff, then claim.
+
+    The driver sends it as ``backend.wait_and_claim(name, owner, seconds, request)``.
+    """
+
+    seconds: float
+    request: AcquireRequest
+
+
+#: The acquire loop: it yields backend calls (an AcquireRequest: ``acquire(name, owner,
+#: request)``; a WaitThenClaim: ``wait_and_claim(...)``), is sent their replies, and returns
+#: whether the lock was acquired.
+Steps = Generator["AcquireRequest | WaitThenClaim", AcquireResult, bool]
 
 
 class LockHandle:
@@ -195,17 +207,18 @@ class LockHandle:
             remaining = None if deadline is None else deadline - time.monotonic() - (pause or 0)
             waiting = blocking and (remaining is None or remaining > 0)
             window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
-            request = {
-                "ttl": lease,
-                "limit": self.limit,
-                "metadata": holder,
-                "fair": self.fair,
-                "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
-                "holds": known,
-                "attempt": attempt,
-            }
+            request = AcquireRequest(
+                ttl=lease,
+                metadata=holder,
+                limit=self.limit,
+                fair=self.fair,
+                wait=window + REGISTRATION_MARGIN if waiting else 0.0,
+                claim=pause is not None,
+                holds=known,
+                attempt=attempt,
+            )
             sent = time.monotonic()
-            result = yield request if pause is None else (pause, request)
+            result = yield request if pause is None else WaitThenClaim(pause, request)
             if result.lost:
                 assert hold is not None
                 raise self._lost_nested(hold)

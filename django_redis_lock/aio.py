@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle
+from ._handle import LockHandle, WaitThenClaim
 from ._validation import validate_ttl
 from .backends.base import AcquireResult, BaseLockBackend
 from .exceptions import (
@@ -81,12 +81,14 @@ class AsyncLock(LockHandle):
         try:
             call = next(steps)
             while True:
-                if isinstance(call, tuple):
-                    attempt = call[1]["attempt"]
-                    reply = await backend.await_and_claim(self.name, owner, call[0], **call[1])
+                if isinstance(call, WaitThenClaim):
+                    attempt = call.request.attempt
+                    reply = await backend.await_and_claim(
+                        self.name, owner, call.seconds, call.request
+                    )
                 else:
-                    attempt = call["attempt"]
-                    reply = await backend.aacquire(self.name, owner, **call)
+                    attempt = call.attempt
+                    reply = await backend.aacquire(self.name, owner, call)
                 _raise_if_cancelled(cancels)
                 call = steps.send(reply)
         except StopIteration as done:

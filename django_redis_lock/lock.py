@@ -16,7 +16,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle
+from ._handle import LockHandle, WaitThenClaim
 from ._validation import validate_ttl
 from .backends.base import AcquireResult
 from .exceptions import (
@@ -106,12 +106,12 @@ class Lock(LockHandle):
         try:
             call = next(steps)
             while True:
-                if isinstance(call, tuple):
-                    attempt = call[1]["attempt"]
-                    reply = backend.wait_and_claim(self.name, owner, call[0], **call[1])
+                if isinstance(call, WaitThenClaim):
+                    attempt = call.request.attempt
+                    reply = backend.wait_and_claim(self.name, owner, call.seconds, call.request)
                 else:
-                    attempt = call["attempt"]
-                    reply = backend.acquire(self.name, owner, **call)
+                    attempt = call.attempt
+                    reply = backend.acquire(self.name, owner, call)
                 call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)

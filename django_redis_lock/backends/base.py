@@ -20,6 +20,7 @@ from .._validation import validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 
 __all__ = [
+    "AcquireRequest",
     "AcquireResult",
     "BaseLockBackend",
     "Grant",
@@ -30,6 +31,31 @@ __all__ = [
     "option_seconds",
     "parse_holder_metadata",
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcquireRequest:
+    """What one acquire attempt asks of a backend (see :meth:`BaseLockBackend.acquire`).
+
+    ``ttl`` is the lease in seconds; ``metadata`` the holder's details as JSON (see
+    :func:`holder_metadata`), kept for listing. ``limit`` owners may hold the lock at once.
+    ``wait`` > 0 registers the owner as a waiter for that many seconds, and ``wait=0`` removes
+    an earlier registration; ``fair`` serves registered waiters first, in arrival order.
+    ``claim`` says the owner is waiting already and comes for a lock handed to it. ``holds``
+    is the number of holds the caller knows the owner has (None: count on the backend), and
+    ``attempt`` the caller's id of this acquire, for :meth:`BaseLockBackend.withdraw`.
+
+    Adding an acquire option means adding a field here, and handling it in the backends.
+    """
+
+    ttl: float
+    metadata: str | bytes = b"{}"
+    limit: int = 1
+    fair: bool = False
+    wait: float = 0.0
+    claim: bool = False
+    holds: int | None = None
+    attempt: str = ""
 
 
 class AcquireResult(NamedTuple):
@@ -154,39 +180,30 @@ class BaseLockBackend:
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
-        """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
+    @property
+    def location(self) -> str:
+        """Return where the locks are kept, for people to read: never a password."""
+        return type(self).__name__
+
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
+        """Try once to take a lease of ``request.ttl`` seconds on ``name`` for ``owner``.
 
         Reentrant: an owner that already holds the lock gets its hold count increased, its
-        lease lengthened to at least ``ttl``, and its existing fencing token. ``metadata`` is
-        the holder's details as JSON (see :func:`holder_metadata`), kept for listing.
+        lease lengthened to at least ``ttl``, and its existing fencing token.
 
-        When the lock is not free and ``wait`` > 0, the owner is registered as a waiter for
-        ``wait`` seconds: a release within that time hands it the lock (see :meth:`wait`).
-        ``wait=0`` also removes an earlier registration of the owner. With ``fair``, a free
-        slot goes to registered waiters first, in arrival order. ``claim`` says the owner is
-        waiting already: if it holds the lock now, the lock was handed to it; its short grant
-        becomes a lease of ``ttl`` and its hold is returned without counting another.
+        When the lock is not free and ``request.wait`` > 0, the owner is registered as a
+        waiter for ``wait`` seconds: a release within that time hands it the lock (see
+        :meth:`wait`). ``wait=0`` also removes an earlier registration of the owner. With
+        ``fair``, a free slot goes to registered waiters first, in arrival order. With
+        ``claim`` (the owner is waiting already), if it holds the lock now, the lock was
+        handed to it: its short grant becomes a lease of ``ttl`` and its hold is returned
+        without counting another.
 
-        ``holds`` is the number of holds the caller knows the owner has (None: count
-        reentrant acquires on the backend). Given, the owner's hold count becomes
-        ``holds + 1``: a hold the caller did not know of (left by an acquire it saw fail) is
-        never inherited, and with ``holds`` > 0 and no live lease nothing is taken and the
-        result says ``lost``. ``attempt`` is the caller's id of this call, recorded with the
-        hold and any registration, for :meth:`withdraw`.
+        Given ``request.holds``, the owner's hold count becomes ``holds + 1``: a hold the
+        caller did not know of (left by an acquire it saw fail) is never inherited, and with
+        ``holds`` > 0 and no live lease nothing is taken and the result says ``lost``.
+        ``request.attempt`` is recorded with the hold and any registration, for
+        :meth:`withdraw`.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
@@ -221,17 +238,18 @@ class BaseLockBackend:
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
 
     def wait_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
-        """:meth:`wait` up to ``timeout`` seconds, then claim: ``acquire(claim=True, **request)``.
+        """:meth:`wait` up to ``timeout`` seconds, then ``acquire(name, owner, request)``.
 
-        Woken by a handoff or not, the claim settles what the wait found: it turns a grant
-        into the full lease, takes a free lock, or registers the owner again. Backends that
-        can send both at once (Redis, in one pipeline: the claim runs on the server as soon
-        as the wait ends) save the waiter a round trip after its wake-up.
+        ``request`` is a claim (``request.claim`` is set). Woken by a handoff or not, the
+        claim settles what the wait found: it turns a grant into the full lease, takes a free
+        lock, or registers the owner again. Backends that can send both at once (Redis, in
+        one pipeline: the claim runs on the server as soon as the wait ends) save the waiter
+        a round trip after its wake-up.
         """
         self.wait(name, owner, timeout)
-        return self.acquire(name, owner, claim=True, **request)
+        return self.acquire(name, owner, request)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Undo an acquire or release of ``owner`` whose outcome it never learned.
@@ -312,33 +330,9 @@ class BaseLockBackend:
     # The asyncio twins of the primitives. These defaults run the blocking method in a worker
     # thread; backends with an asyncio client override them.
 
-    async def aacquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         """Do what :meth:`acquire` does, without blocking the event loop."""
-        return await sync_to_async(self.acquire, thread_sensitive=False)(
-            name,
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
+        return await sync_to_async(self.acquire, thread_sensitive=False)(name, owner, request)
 
     async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
@@ -361,11 +355,11 @@ class BaseLockBackend:
         return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
 
     async def await_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         """Do what :meth:`wait_and_claim` does, without blocking the event loop."""
         await self.await_grant(name, owner, timeout)
-        return await self.aacquire(name, owner, claim=True, **request)
+        return await self.aacquire(name, owner, request)
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Do what :meth:`withdraw` does, without blocking the event loop."""

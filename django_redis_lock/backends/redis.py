@@ -36,6 +36,7 @@ from ._redis_options import (
 )
 from ._scripts import SCRIPT_NAMES, source
 from .base import (
+    AcquireRequest,
     AcquireResult,
     BaseLockBackend,
     Grant,
@@ -212,61 +213,23 @@ class RedisBackend(RedisKeyspace):
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
-    def _acquire_args(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int,
-        metadata: str | bytes,
-        fair: bool,
-        wait: float,
-        claim: bool,
-        holds: int | None,
-        attempt: str,
-    ) -> list[Any]:
-        wait_ms = _ms(wait) if wait > 0 else 0
-        known = _COUNT_HERE if holds is None else holds
-        flags = _FLAGS[fair, claim]
+    def _acquire_args(self, owner: str, request: AcquireRequest) -> list[Any]:
         return [
             owner,
-            _ms(ttl),
-            limit,
-            metadata,
+            _ms(request.ttl),
+            request.limit,
+            request.metadata,
             self._fencing_arg,
-            wait_ms,
-            flags,
-            known,
-            attempt,
+            _ms(request.wait) if request.wait > 0 else 0,
+            _FLAGS[request.fair, request.claim],
+            _COUNT_HERE if request.holds is None else request.holds,
+            request.attempt,
         ]
 
     # Primitives ------------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
-        args = self._acquire_args(
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
+        args = self._acquire_args(owner, request)
         if self.wait_replicas:
             sha = self._scripts["acquire"][0]
             reply, acks = self._replicated(name, "EVALSHA", sha, 1, self.key(name), *args)
@@ -304,14 +267,14 @@ class RedisBackend(RedisKeyspace):
         return _granted(reply)
 
     def wait_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         # BLPOP and the claim in one pipeline: the server runs the claim the moment the wait
         # ends, and the waiter wakes once, to both replies.
         seconds = min(timeout, self.max_wait)
         if self.wait_replicas or seconds < 0.001:
-            return super().wait_and_claim(name, owner, timeout, **request)
-        args = self._acquire_args(owner, claim=True, **request)
+            return super().wait_and_claim(name, owner, timeout, request)
+        args = self._acquire_args(owner, request)
         self._load("acquire")
         pipe = self.client.pipeline(transaction=False)
         queue: Callable[..., Any] = pipe.execute_command
@@ -329,12 +292,12 @@ class RedisBackend(RedisKeyspace):
         return _acquired(replies[1])
 
     async def await_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         seconds = min(timeout, self.max_wait)
         if self.wait_replicas or seconds < 0.001:
-            return await super().await_and_claim(name, owner, timeout, **request)
-        args = self._acquire_args(owner, claim=True, **request)
+            return await super().await_and_claim(name, owner, timeout, request)
+        args = self._acquire_args(owner, request)
         pipe = (await self._async_clients.get()).pipeline(transaction=False)
         queue: Callable[..., Any] = pipe.execute_command
         queue("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
@@ -394,45 +357,10 @@ class RedisBackend(RedisKeyspace):
 
     # The same primitives on the running event loop's asyncio client -------------------------
 
-    async def aacquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
-            return await super().aacquire(
-                name,
-                owner,
-                ttl=ttl,
-                limit=limit,
-                metadata=metadata,
-                fair=fair,
-                wait=wait,
-                claim=claim,
-                holds=holds,
-                attempt=attempt,
-            )
-        args = self._acquire_args(
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
-        return _acquired(await self._arun("acquire", name, args))
+            return await super().aacquire(name, owner, request)
+        return _acquired(await self._arun("acquire", name, self._acquire_args(owner, request)))
 
     async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         return _count(await self._arun("release", name, self._release_args(owner, holds)))

@@ -93,7 +93,7 @@ from ..exceptions import (
 )
 from ..owner import new_attempt
 from ._redis_options import CONNECTION_OPTIONS, URL_SCHEMES, redact_url
-from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, option_seconds
+from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, option_seconds
 from .redis import RedisBackend
 
 __all__ = ["RedlockBackend"]
@@ -224,8 +224,13 @@ class RedlockBackend(BaseLockBackend):
         return problems
 
     def __repr__(self) -> str:
-        urls = ", ".join(redact_url(node.url) for node in self.nodes)
+        urls = ", ".join(node.location for node in self.nodes)
         return f"<{type(self).__name__} urls=[{urls}] prefix={self.key_prefix!r}>"
+
+    @property
+    def location(self) -> str:
+        """Return the masters' URLs, passwords redacted."""
+        return "Redlock masters " + ", ".join(node.location for node in self.nodes)
 
     @property
     def urls(self) -> list[str]:
@@ -415,42 +420,27 @@ class RedlockBackend(BaseLockBackend):
 
     # Primitives ------------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         # ``wait``, ``fair`` and ``claim`` have no meaning without a queue: every attempt is a
         # plain try on each master (see "Waiting is a retry" above).
-        if limit != 1:
+        if request.limit != 1:
             raise InvalidLockArgumentError(
-                f"RedlockBackend does not support semaphores (limit={limit!r}): slot counts "
-                "on independent masters do not bound the holders. Use limit=1, or a "
+                f"RedlockBackend does not support semaphores (limit={request.limit!r}): slot "
+                "counts on independent masters do not bound the holders. Use limit=1, or a "
                 "RedisBackend alias for semaphores.",
                 lock_name=name,
             )
-        if not claim:
+        if not request.claim:
             with self._memory_lock:
                 self._retries.pop((name, owner), None)
         # Each try has an id of its own on the masters: a failed one is withdrawn for good
         # (a master that runs it late takes nothing), while the caller tries again.
-        try_id = f"{attempt or new_attempt()}~{next(self._try_numbers):x}"
+        try_id = f"{request.attempt or new_attempt()}~{next(self._try_numbers):x}"
         self._remember(self._tries, (name, owner), try_id)
         started = time.monotonic()
+        plain = dataclasses.replace(request, wait=0.0, fair=False, claim=False, attempt=try_id)
         outcomes = self._fan(
-            lambda node: node.acquire(
-                name, owner, ttl=ttl, metadata=metadata, wait=0.0, holds=holds, attempt=try_id
-            ),
-            decided=self._acquire_settled,
+            lambda node: node.acquire(name, owner, plain), decided=self._acquire_settled
         )
         elapsed = time.monotonic() - started
         grants = [
@@ -478,11 +468,11 @@ class RedlockBackend(BaseLockBackend):
         # ones. A master that runs the attempt only now (it was frozen) finds it withdrawn
         # and takes nothing, so a failed owner never ends up holding a majority late.
         self._fan(
-            lambda node: node.withdraw(name, owner, holds or 0, try_id),
+            lambda node: node.withdraw(name, owner, request.holds or 0, try_id),
             decided=lambda answers: len(answers) >= self.quorum,
         )
         self._answered(outcomes, name)  # fewer than a majority answered: unavailable
-        if holds and any(isinstance(o, AcquireResult) and o.lost for o in outcomes):
+        if request.holds and any(isinstance(o, AcquireResult) and o.lost for o in outcomes):
             return AcquireResult(False, lost=True)
         waits = [
             o.retry_after
