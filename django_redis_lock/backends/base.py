@@ -8,8 +8,6 @@ server: acquire, release, extend and force-release either happen whole or not at
 from __future__ import annotations
 
 import datetime as dt
-import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -18,6 +16,8 @@ from asgiref.sync import sync_to_async
 
 from .._validation import validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ._glob import glob_escape, glob_to_regex
+from ._holder import holder_metadata, parse_holder_metadata
 
 __all__ = [
     "AcquireRequest",
@@ -396,63 +396,3 @@ def option_seconds(option: str, value: object) -> float:
         return validate_ttl(value, argument=option)
     except InvalidLockArgumentError as exc:
         raise InvalidLockBackendError(str(exc)) from None
-
-
-def holder_metadata(
-    *, host: str, pid: int, thread: str, data: dict[str, Any] | None = None
-) -> bytes:
-    """Return the JSON a holder records (UTF-8): where it runs, and the user's own ``data``."""
-    text = json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
-    return text.encode()
-
-
-def parse_holder_metadata(text: str | bytes) -> dict[str, Any]:
-    """Return the holder details recorded by :func:`holder_metadata` (plain JSON, no pickle)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-
-
-def glob_escape(name: str) -> str:
-    """Return a Redis glob pattern that matches exactly ``name``."""
-    return _GLOB_SPECIAL.sub(r"\\\1", name)
-
-
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a Redis glob pattern (``*``, ``?``, ``[...]``, ``[^...]``, ``\\``) to a regex."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char == "\\" and i + 1 < n:
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] == "^" else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = pattern[i + 1 : end]
-                negate = body.startswith("^")
-                body = body[1:] if negate else body
-                escaped = "".join(c if c == "-" else re.escape(c) for c in body.replace("\\", ""))
-                if not escaped:  # "[]" matches nothing, "[^]" any one character (as Redis)
-                    out.append("." if negate else "(?!)")
-                else:
-                    out.append(f"[{'^' if negate else ''}{escaped}]")
-                i = end + 1
-                continue
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return re.compile("".join(out) + r"\Z", re.DOTALL)
