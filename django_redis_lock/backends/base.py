@@ -35,17 +35,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcquireRequest:
-    """What one acquire attempt asks of a backend (see :meth:`BaseLockBackend.acquire`).
+    """What one acquire attempt asks of a backend: see :meth:`BaseLockBackend.acquire`.
 
-    ``ttl`` is the lease in seconds; ``metadata`` the holder's details as JSON (see
-    :func:`holder_metadata`), kept for listing. ``limit`` owners may hold the lock at once.
-    ``wait`` > 0 registers the owner as a waiter for that many seconds, and ``wait=0`` removes
-    an earlier registration; ``fair`` serves registered waiters first, in arrival order.
-    ``claim`` says the owner is waiting already and comes for a lock handed to it. ``holds``
-    is the number of holds the caller knows the owner has (None: count on the backend), and
-    ``attempt`` the caller's id of this acquire, for :meth:`BaseLockBackend.withdraw`.
-
-    Adding an acquire option means adding a field here, and handling it in the backends.
+    Only ``ttl`` (the lease, in seconds) has no default; ``metadata`` defaults to a holder
+    with no details. A new acquire option is a new field here, and handled by the backends.
     """
 
     ttl: float
@@ -377,6 +370,10 @@ class BaseLockBackend:
     def locked(self, name: str) -> bool:
         """Return whether anyone holds ``name``."""
         return self.ttl(name) is not None
+
+    async def alocked(self, name: str) -> bool:
+        """Do what :meth:`locked` does, without blocking the event loop."""
+        return await self.attl(name) is not None
 
 
 def page_cursor(cursor: str | None) -> int:
