@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 META = holder_metadata(host="h", pid=1, thread="t")
 
+#: Another process, waiting for a lock: registered for 5 seconds.
+WAITING = AcquireRequest(ttl=10, metadata=META, wait=5)
+
 
 async def eventually(
     predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0
@@ -885,9 +888,7 @@ async def test_cancel__a_lock_handed_to_a_cancelled_waiter_goes_to_the_next(
     waiter = alock(name, using=using, timeout=10)
     task = asyncio.create_task(waiter.acquire())
     await eventually(lambda: queued(backend, name) == 1)
-    assert not backend.acquire(
-        name, "next", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
+    assert not backend.acquire(name, "next", WAITING).acquired
     # The release hands the lock to the waiting task, which is cancelled before it runs
     # again (the event loop is not given a turn in between).
     assert backend.release(name, "holder") == 0
@@ -923,9 +924,7 @@ async def test_withdraw__removes_a_registered_waiter_from_the_queue(
 ) -> None:
     name = "withdraw:queue"
     assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
-    assert not backend.acquire(
-        name, "waiter", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert queued(backend, name) == 1
     assert await withdraw(name, "waiter") == 0
     assert queued(backend, name) == 0
@@ -939,12 +938,8 @@ async def test_withdraw__frees_a_lock_handed_to_a_waiter_and_hands_it_on(
 ) -> None:
     name = "withdraw:handed"
     assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
-    assert not backend.acquire(
-        name, "waiter", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
-    assert not backend.acquire(
-        name, "next", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
+    assert not backend.acquire(name, "next", WAITING).acquired
     assert backend.release(name, "holder") == 0
     assert [info.owner for info in backend.lock_info(name)] == ["waiter"]
     assert await withdraw(name, "waiter") == 0
@@ -982,9 +977,7 @@ async def test_withdraw__to_zero_holds_frees_the_lock_for_the_next_waiter(
     name = "withdraw:zero"
     assert backend.acquire(name, "owner", AcquireRequest(ttl=10, metadata=META)).acquired
     assert backend.acquire(name, "owner", AcquireRequest(ttl=10, metadata=META)).acquired
-    assert not backend.acquire(
-        name, "waiter", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert await withdraw(name, "owner") == 0
     assert backend.ttl(name, "owner") is None
     assert [info.owner for info in backend.lock_info(name)] == ["waiter"]
@@ -999,9 +992,7 @@ async def test_withdraw__an_owner_with_nothing_changes_nothing(
     assert await withdraw(name, "stranger") == 0
     assert not backend.locked(name)
     assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
-    assert not backend.acquire(
-        name, "waiter", AcquireRequest(ttl=10, metadata=META, wait=5)
-    ).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert await withdraw(name, "stranger") == 0
     assert await withdraw(name, "holder", 1) == 1
     [info] = backend.lock_info(name)

@@ -332,39 +332,27 @@ def test_force_release__only_the_named_owner(using: str, backend: BaseLockBacken
 
 
 def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend) -> None:
-    meta = holder_metadata(host="h", pid=1, thread="t")
-    assert backend.acquire(
-        "contract:sem", "a", AcquireRequest(ttl=10, limit=2, metadata=meta)
-    ).acquired
-    assert backend.acquire(
-        "contract:sem", "b", AcquireRequest(ttl=10, limit=2, metadata=meta)
-    ).acquired
-    refused = backend.acquire("contract:sem", "c", AcquireRequest(ttl=10, limit=2, metadata=meta))
+    two = AcquireRequest(ttl=10, limit=2)
+    assert backend.acquire("contract:sem", "a", two).acquired
+    assert backend.acquire("contract:sem", "b", two).acquired
+    refused = backend.acquire("contract:sem", "c", two)
     assert not refused.acquired
     assert refused.retry_after is not None
     assert 9 < refused.retry_after <= 10
     assert sorted(i.owner for i in backend.iter_locks("contract:sem")) == ["a", "b"]
     assert backend.release("contract:sem", "a") == 0
-    assert backend.acquire(
-        "contract:sem", "c", AcquireRequest(ttl=10, limit=2, metadata=meta)
-    ).acquired
+    assert backend.acquire("contract:sem", "c", two).acquired
     assert backend.force_release("contract:sem") == 2
 
 
 def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     using: str, backend: BaseLockBackend
 ) -> None:
-    meta = holder_metadata(host="h", pid=1, thread="t")
-    assert backend.acquire(
-        "contract:sem-dead", "dead", AcquireRequest(ttl=0.1, limit=2, metadata=meta)
-    ).acquired
-    assert backend.acquire(
-        "contract:sem-dead", "live", AcquireRequest(ttl=10, limit=2, metadata=meta)
-    ).acquired
+    two = AcquireRequest(ttl=10, limit=2)
+    assert backend.acquire("contract:sem-dead", "dead", AcquireRequest(ttl=0.1, limit=2)).acquired
+    assert backend.acquire("contract:sem-dead", "live", two).acquired
     eventually(lambda: backend.ttl("contract:sem-dead", "dead") is None)
-    assert backend.acquire(
-        "contract:sem-dead", "new", AcquireRequest(ttl=10, limit=2, metadata=meta)
-    ).acquired
+    assert backend.acquire("contract:sem-dead", "new", two).acquired
     assert sorted(i.owner for i in backend.iter_locks("contract:sem-dead")) == ["live", "new"]
     backend.force_release("contract:sem-dead")
 
