@@ -56,7 +56,7 @@ class NullStream(io.TextIOBase):
 def hold_locks(count: int) -> float:
     """Hold ``count`` locks on the default alias, one owner each; return the seconds taken."""
     from django_redis_lock import locks
-    from django_redis_lock.backends.base import holder_metadata
+    from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 
     backend = locks["default"]
     host, pid = os.uname().nodename, os.getpid()
@@ -76,7 +76,8 @@ def hold_locks(count: int) -> float:
                 "started_at": "2026-01-31T09:30:00+00:00",
             },
         )
-        result = backend.acquire(f"{NAME}{index}", task_id, ttl=LEASE, metadata=metadata)
+        request = AcquireRequest(ttl=LEASE, metadata=metadata)
+        result = backend.acquire(f"{NAME}{index}", task_id, request)
         if not result.acquired:
             raise RuntimeError(f"could not acquire the free lock {NAME}{index}")
         if index and index % 20_000 == 0:

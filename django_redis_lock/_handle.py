@@ -1,44 +1,34 @@
-"""What the blocking :class:`~django_redis_lock.Lock` and :class:`~django_redis_lock.AsyncLock`
-share: their arguments, their holds, and the acquire loop itself.
+"""What :class:`~django_redis_lock.Lock` and :class:`~django_redis_lock.AsyncLock` share:
+their holds, the acquire loop, and every decision around their I/O.
 
-The acquire loop is written once, as a generator of backend calls (:meth:`LockHandle._steps`):
-each handle runs it with its own kind of I/O, blocking or awaited, so deadlines, waiting,
-handoffs and reentrancy behave the same in both.
+The acquire loop is one generator of backend calls (:meth:`LockHandle._steps`); each handle
+runs it with its own I/O, blocking or awaited, and throws a call's error back in where the
+call was yielded. The handles' other methods are I/O between two decisions taken here.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Generator
-from typing import Any
+from dataclasses import dataclass
 
-from ._validation import (
-    validate_flag,
-    validate_limit,
-    validate_metadata,
-    validate_name,
-    validate_on_lost,
-    validate_optional_flag,
-    validate_owner,
-    validate_timeout,
-    validate_ttl,
+from ._arguments import LockArguments
+from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from .exceptions import (
+    BackendUnavailableError,
+    InvalidLockArgumentError,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
 )
-from .backends.base import AcquireResult, BaseLockBackend, holder_metadata
-from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockLostError, LockNotOwnedError
-from .handler import locks
 from .holds import Hold, held, known_holds
 from .owner import new_attempt
 from .renewal import Lease, renewer
 
-__all__ = ["REGISTRATION_MARGIN", "LockHandle", "Steps"]
+__all__ = ["REGISTRATION_MARGIN", "LockHandle", "Step", "Steps", "WaitThenClaim", "Withdraw"]
 
 logger = logging.getLogger("django_redis_lock")
-
-_HOST = socket.gethostname()
 
 #: A waiter's registration outlives its wait by this much, so a release that comes just as
 #: the wait times out still finds it registered.
@@ -57,77 +47,36 @@ UNDO_FOR = 60.0
 LATE_ANSWERS = 3
 
 
-#: The acquire loop: it yields backend calls (a dict: ``acquire(**it)``; a pair (seconds,
-#: dict): ``wait_and_claim(seconds, **dict)``), is sent their replies, and returns whether
-#: the lock was acquired.
-Steps = Generator["dict[str, Any] | tuple[float, dict[str, Any]]", AcquireResult, bool]
+@dataclass(frozen=True, slots=True)
+class WaitThenClaim:
+    """A step of the acquire loop: ``backend.wait_and_claim(name, owner, seconds, request)``."""
+
+    seconds: float
+    request: AcquireRequest
 
 
-class LockHandle:
-    """The arguments, holds and acquire loop of a lock handle; subclasses do the I/O."""
+@dataclass(frozen=True, slots=True)
+class Withdraw:
+    """The last step of an interrupted acquire: ``backend.withdraw(name, owner, holds, attempt)``.
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        using: str = DEFAULT_ALIAS,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 1,
-        fair: bool = False,
-        auto_renew: bool | None = None,
-        max_hold: float | None = None,
-        on_lost: Callable[[Any], object] | None = None,
-        raise_on_lost: bool = True,
-        owner: str | None = None,
-    ) -> None:
-        self.name = validate_name(name)
-        self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
-        self.blocking = validate_flag(blocking, argument="blocking", lock_name=name)
-        self.timeout = validate_timeout(timeout, lock_name=name)
-        if not blocking and timeout is not None:
-            raise InvalidLockArgumentError(
-                f"timeout cannot be given to a non-blocking lock (got {timeout!r}).",
-                lock_name=name,
-            )
-        self.using = using
-        self.metadata = validate_metadata(metadata, lock_name=name)
-        self.limit = validate_limit(limit, lock_name=name)
-        self.fair = validate_flag(fair, argument="fair", lock_name=name)
-        self.auto_renew = validate_optional_flag(auto_renew, argument="auto_renew", lock_name=name)
-        self.max_hold = (
-            None
-            if max_hold is None
-            else validate_ttl(max_hold, argument="max_hold", lock_name=name)
-        )
-        self.on_lost = validate_on_lost(on_lost, lock_name=name)
-        self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost", lock_name=name)
-        self.owner = validate_owner(owner, lock_name=name)
-        self._lost: set[str] = set()
-        self._holder_cache: dict[str, tuple[int, bytes]] = {}
+    It undoes what the acquire may have done; the driver sees it to its end, even if
+    interrupted again.
+    """
 
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} using={self.using!r}>"
+    holds: int
+    attempt: str
 
-    def _owner_token(self) -> str:
-        """Return the token of the calling owner (a thread, or an asyncio task)."""
-        raise NotImplementedError("subclasses of LockHandle must provide an _owner_token() method")
 
-    def _where(self) -> str:
-        """Return what runs the caller, as shown in listings (a thread's name, say)."""
-        raise NotImplementedError("subclasses of LockHandle must provide a _where() method")
+#: One backend call of the acquire loop.
+Step = AcquireRequest | WaitThenClaim | Withdraw
 
-    @property
-    def backend(self) -> BaseLockBackend:
-        """Return the backend of this lock's alias (built on first use)."""
-        return locks[self.using]
+#: The acquire loop: it yields backend calls, is sent their replies (None for a Withdraw)
+#: or thrown their errors, and returns whether the lock was acquired.
+Steps = Generator[Step, "AcquireResult | None", bool]
 
-    @property
-    def lease(self) -> float:
-        """Return the lease in seconds that each acquire takes."""
-        return self.backend.default_ttl if self._ttl is None else self._ttl
+
+class LockHandle(LockArguments):
+    """The holds, acquire loop and decisions of a lock handle; subclasses do the I/O."""
 
     @property
     def fencing_token(self) -> int | None:
@@ -146,29 +95,14 @@ class LockHandle:
 
         A hold is lost when its lease ended, or another owner took the lock, before release.
         """
-        hold = self._hold()
-        return self._owner_token() in self._lost if hold is None else hold.lost_reason is not None
+        hold = self._hold() or self._lost.get(self._owner_token())
+        return hold is not None and hold.lost_reason is not None
 
     def _hold(self) -> Hold | None:
         """Return the calling owner's hold of this lock, if it has one."""
         return held.get((self.backend, self.name, self._owner_token()))
 
     # The acquire loop --------------------------------------------------------------------------
-
-    def _acquire_arguments(
-        self, blocking: bool | None, timeout: float | None
-    ) -> tuple[bool, float | None]:
-        """Return the (blocking, timeout) that an ``acquire(blocking, timeout)`` call means."""
-        if blocking is None:
-            blocking = self.blocking
-        if timeout is None:
-            return blocking, self.timeout if blocking else None
-        if not blocking:
-            raise InvalidLockArgumentError(
-                f"timeout cannot be given to a non-blocking acquire (got {timeout!r}).",
-                lock_name=self.name,
-            )
-        return blocking, validate_timeout(timeout, lock_name=self.name)
 
     def _steps(
         self,
@@ -179,33 +113,69 @@ class LockHandle:
         *,
         renew: bool,
     ) -> Steps:
-        lease = backend.default_ttl if self._ttl is None else self._ttl
+        """Run the acquire loop, and decide what an error thrown into it leaves behind."""
+        before = known_holds(backend, self.name, owner)
+        # One id for every call of this acquire: a withdrawal undoes whatever any of them
+        # registered or took (a grant to its registration included), and nothing later.
+        attempt = new_attempt()
+        try:
+            return (
+                yield from self._attempts(backend, owner, blocking, timeout, attempt, renew=renew)
+            )
+        except GeneratorExit:
+            raise
+        except BackendUnavailableError:
+            # No answer: the attempt may still run, or have run. Undone once the server answers.
+            self._withdraw_later(backend, owner, attempt)
+            raise
+        except LockError:
+            raise
+        except BaseException as interrupted:
+            # Interrupted (KeyboardInterrupt, a cancelled task) with the outcome unknown: undo
+            # it all, here and on the backend.
+            self._undo_acquire(backend, owner, before)
+            try:
+                yield Withdraw(before, attempt)
+            except LockError:  # the interruption, not this, is the news
+                self._withdraw_later(backend, owner, attempt)
+            raise interrupted
+
+    def _attempts(
+        self,
+        backend: BaseLockBackend,
+        owner: str,
+        blocking: bool,
+        timeout: float | None,
+        attempt: str,
+        *,
+        renew: bool,
+    ) -> Steps:
+        lease = self._lease_on(backend)
         hold = held.get((backend, self.name, owner))
         if hold is not None and hold.lost_reason is not None:
             raise LockLostError(hold.lost_message(), lock_name=self.name)
         known = 0 if hold is None else hold.count
         holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
-        # One id for every call of this acquire: a withdrawal undoes whatever any of them
-        # registered or took (a grant to its registration included), and nothing later.
-        attempt = new_attempt()
         pause: float | None = None  # after a first refusal: wait this long, then claim
         late = 0  # leases in a row that ended before their answer came
         while True:
             remaining = None if deadline is None else deadline - time.monotonic() - (pause or 0)
             waiting = blocking and (remaining is None or remaining > 0)
             window = backend.max_wait if remaining is None else min(remaining, backend.max_wait)
-            request = {
-                "ttl": lease,
-                "limit": self.limit,
-                "metadata": holder,
-                "fair": self.fair,
-                "wait": window + REGISTRATION_MARGIN if waiting else 0.0,
-                "holds": known,
-                "attempt": attempt,
-            }
+            request = AcquireRequest(
+                ttl=lease,
+                metadata=holder,
+                limit=self.limit,
+                fair=self.fair,
+                wait=window + REGISTRATION_MARGIN if waiting else 0.0,
+                claim=pause is not None,
+                holds=known,
+                attempt=attempt,
+            )
             sent = time.monotonic()
-            result = yield request if pause is None else (pause, request)
+            result = yield request if pause is None else WaitThenClaim(pause, request)
+            assert result is not None
             if result.lost:
                 assert hold is not None
                 raise self._lost_nested(hold)
@@ -213,7 +183,6 @@ class LockHandle:
             # longer than the lease before its claim ran) is no hold.
             ends = sent + (lease if result.lease is None else result.lease)
             if result.acquired and time.monotonic() < ends:
-                assert result.fencing_token is not None
                 self._held(
                     backend,
                     owner,
@@ -283,7 +252,7 @@ class LockHandle:
             owner,
             attempt,
             keep=lambda: known_holds(backend, name, owner),
-            until=time.monotonic() + max(UNDO_FOR, self.lease + backend.max_wait),
+            until=time.monotonic() + max(UNDO_FOR, self._lease_on(backend) + backend.max_wait),
         )
 
     def _held(
@@ -299,21 +268,25 @@ class LockHandle:
     ) -> None:
         key = (backend, self.name, owner)
         hold = held.get(key)
+        fresh = hold is None  # a reentrant acquire is announced once, with the first
         if hold is None:
             assert result.fencing_token is not None
-            hold = held[key] = self._new_hold(backend, owner, result.fencing_token)
-            self._lost.discard(owner)
-            fresh = True
-        else:
-            fresh = False  # a reentrant acquire: announced once, with the first
+            hold = held[key] = Hold(
+                self,
+                backend,
+                owner,
+                result.fencing_token,
+                time.monotonic(),
+                on_lost=self._on_lost_callback(),
+            )
+            self._lost.pop(owner, None)
         hold.count, hold.attempt, hold.ends = result.holds or 1, attempt, ends
         if renew and hold.lease is None:
-            lease = backend.default_ttl if self._ttl is None else self._ttl
             hold.lease = Lease(
                 backend=backend,
                 name=self.name,
                 owner=owner,
-                ttl=lease,
+                ttl=self._lease_on(backend),
                 ends=ends,
                 on_lost=self._lost_by(hold),
                 stop_at=None if self.max_hold is None else time.monotonic() + self.max_hold,
@@ -323,32 +296,36 @@ class LockHandle:
         if fresh:
             hold.announce_acquired(time.monotonic() - started)
 
-    def _new_hold(self, backend: BaseLockBackend, owner: str, fencing_token: int) -> Hold:
-        return Hold(self, backend, owner, fencing_token, time.monotonic())
+    # Loss --------------------------------------------------------------------------------------
 
     def _orphan_check(self) -> Callable[[], str | None] | None:
         """Return how the renewal thread learns that the holder can no longer release."""
         return None
 
-    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
-        def lost(reason: str) -> None:
-            if hold.lease is not None:
-                renewer.remove(hold.lease)  # a lost lease is never renewed again
-            self._lost.add(hold.owner)
-            hold.report_lost(reason)
+    def _on_lost_callback(self) -> Callable[[], None] | None:
+        """Return what a hold taken now calls when it is lost (from any thread), if anything."""
+        return None if self.on_lost is None else self._run_on_lost
 
-        return lost
-
-    def _call_on_lost(self, hold: Hold) -> None:
-        """Call the ``on_lost`` callback of a hold found lost (from any thread)."""
-        if self.on_lost is None:
-            return
+    def _run_on_lost(self) -> None:
+        """Call the ``on_lost`` callback; its error is logged, never raised."""
+        assert self.on_lost is not None
         try:
             self.on_lost(self)
         except Exception:
             logger.exception("The on_lost callback of lock %r failed.", self.name)
 
-    # Releasing -------------------------------------------------------------------------------
+    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
+        """Return what records ``hold`` as lost, for a reason given (from any thread)."""
+
+        def lost(reason: str) -> None:
+            if hold.lease is not None:
+                renewer.remove(hold.lease)  # a lost lease is never renewed again
+            self._lost[hold.owner] = hold
+            hold.report_lost(reason)
+
+        return lost
+
+    # Releasing, checking, leaving a block --------------------------------------------------------
 
     def _before_release(self, backend: BaseLockBackend, owner: str) -> Hold | None:
         hold = held.get((backend, self.name, owner))
@@ -377,6 +354,12 @@ class LockHandle:
             held.pop((hold.backend, self.name, owner), None)
         self._withdraw_later(hold.backend, owner, hold.attempt)
 
+    def _extended(self, remaining: float | None) -> float:
+        """Return what an extend answered; raise if the owner held nothing."""
+        if remaining is None:
+            raise self._not_owned("extend")
+        return remaining
+
     def _not_owned(self, action: str) -> LockNotOwnedError:
         return LockNotOwnedError(
             f"Cannot {action} lock {self.name!r}: this owner does not hold it (never "
@@ -384,20 +367,33 @@ class LockHandle:
             lock_name=self.name,
         )
 
-    def _unrenewed(self, hold: Hold) -> bool:
-        """Return whether only the backend can tell if ``hold`` is still live."""
-        return hold.lost_reason is None and hold.lease is None
+    def _hold_to_check(self) -> tuple[Hold, bool]:
+        """Return the caller's hold for ``check()``, and whether to ask the backend about it.
 
-    def _wait_phrase(self) -> str:
-        return "at once" if not self.blocking else f"within {self.timeout}s"
+        Only the backend can tell whether a hold that is not renewed is still live.
+        """
+        hold = self._hold()
+        if hold is None:
+            raise LockNotOwnedError(
+                f"Cannot check lock {self.name!r}: this owner does not hold it.",
+                lock_name=self.name,
+            )
+        return hold, hold.lost_reason is None and hold.lease is None
 
-    def _holder_json(self) -> bytes:
-        # Serialised once per thread or task name (again in a forked child: its pid differs).
-        where, pid = self._where(), os.getpid()
-        cached = self._holder_cache.get(where)
-        if cached is None or cached[0] != pid:
-            if len(self._holder_cache) >= 256:
-                self._holder_cache.clear()  # task names come and go: keep the cache small
-            text = holder_metadata(host=_HOST, pid=pid, thread=where, data=self.metadata)
-            cached = self._holder_cache[where] = (pid, text)
-        return cached[1]
+    def _checked(self, hold: Hold, live: bool) -> None:
+        """Finish ``check()``: ``live`` is false when the backend knew no lease of the owner."""
+        if not live:
+            self._lost_by(hold)("its lease ended")
+        if hold.lost_reason is not None:
+            raise LockLostError(hold.lost_message(), lock_name=self.name)
+
+    def _left(self, hold: Hold | None, exc: BaseException | None) -> None:
+        """Finish leaving a ``with`` block, after its release: raise if the hold was lost.
+
+        The block's own exception ``exc`` (or ``raise_on_lost=False``) wins over the loss,
+        which was logged and signalled all the same.
+        """
+        lost = hold is not None and hold.lost_reason is not None
+        if lost and exc is None and self.raise_on_lost:
+            assert hold is not None
+            raise LockLostError(hold.lost_message(), lock_name=self.name)

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import math
 import secrets
-import sys
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
+from ._tasks import keep_until_done
 from ._validation import validate_timeout, validate_ttl
 from .aio import AsyncLock
 from .backends.base import LockInfo
@@ -110,18 +110,18 @@ class ViewLock:
         """Run ``view`` holding the request's lock, or answer the conflict."""
         held = Lock(self.lock_name(request, args, kwargs), **self._options(request))
         try:
-            held.__enter__()
+            held._enter()
         except LockNotAcquiredError:
             return self.conflict(request, locks[self.using].lock_info(held.name))
         try:
             response = view(request, *args, **kwargs)
-        except BaseException:
-            held.__exit__(*sys.exc_info())
+        except BaseException as exc:
+            held._leave(exc)
             raise
         if response.streaming:
             _release_when_streamed(response, held)
         else:
-            held.__exit__(None, None, None)
+            held._leave()
         return response
 
     # Async views -----------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class ViewLock:
         """Run the async ``view`` holding the request's lock, or answer the conflict."""
         held = AsyncLock(self.lock_name(request, args, kwargs), **self._options(request))
         try:
-            await held.__aenter__()
+            await held._enter()
         except LockNotAcquiredError:
             info = await sync_to_async(locks[self.using].lock_info, thread_sensitive=False)(
                 held.name
@@ -140,13 +140,13 @@ class ViewLock:
             return self.conflict(request, info)
         try:
             response: HttpResponseBase = await view(request, *args, **kwargs)
-        except BaseException:
-            await held.__aexit__(*sys.exc_info())
+        except BaseException as exc:
+            await held._leave(exc)
             raise
         if response.streaming:
             _release_when_streamed(response, held)
         else:
-            await held.__aexit__(None, None, None)
+            await held._leave()
         return response
 
     # Conflicts -------------------------------------------------------------------------------
@@ -234,29 +234,23 @@ class _Release:
             return
         self.done = True
         if isinstance(self.held, Lock):
-            self.held.__exit__(None, None, None)
+            self.held._leave()
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            async_to_sync(self.held.__aexit__)(None, None, None)
+            async_to_sync(self.held._leave)()
         else:  # closed from an event loop's own thread: release on that loop
-            task = loop.create_task(self.held.__aexit__(None, None, None))
-            _releasing.add(task)
-            task.add_done_callback(_releasing.discard)
+            keep_until_done(loop.create_task(self.held._leave()))
 
     async def anow(self) -> None:
         if self.done:
             return
         self.done = True
         if isinstance(self.held, AsyncLock):
-            await self.held.__aexit__(None, None, None)
+            await self.held._leave()
         else:
-            await sync_to_async(self.held.__exit__, thread_sensitive=False)(None, None, None)
-
-
-#: Releases scheduled on an event loop, kept until done (a loop holds its tasks weakly).
-_releasing: set[asyncio.Task[None]] = set()
+            await sync_to_async(self.held._leave, thread_sensitive=False)()
 
 
 class _Stream:

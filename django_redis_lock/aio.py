@@ -18,19 +18,17 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle
+from ._handle import LockHandle, Step, Withdraw
+from ._tasks import keep_until_done
 from ._validation import validate_ttl
-from .backends.base import AcquireResult, BaseLockBackend
+from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
     LockArgumentTypeError,
     LockError,
-    LockLostError,
-    LockNotAcquiredError,
     LockNotOwnedError,
 )
 from .handler import locks
-from .holds import Hold, known_holds
 from .owner import current_task_owner
 
 __all__ = ["AsyncLock", "alock"]
@@ -69,46 +67,41 @@ class AsyncLock(LockHandle):
         A task cancelled while acquiring leaves no trace: it leaves the queue of waiters, and
         a lock handed to it meanwhile is released to the next one.
         """
-        blocking, timeout = self._acquire_arguments(blocking, timeout)
-        return await self._acquire(blocking, timeout, renew=self.auto_renew is True)
+        return await self._acquire(*self._acquire_arguments(blocking, timeout))
 
-    async def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
+    async def _acquire(self, blocking: bool, timeout: float | None, renew: bool) -> bool:
+        # The loop decides; this sends its calls, and throws their errors back in.
         backend, owner = locks[self.using], self._owner_token()
-        before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        reply: AcquireResult
-        attempt, cancels = "", _cancels()
+        cancels = _cancels()
         try:
             call = next(steps)
             while True:
-                if isinstance(call, tuple):
-                    attempt = call[1]["attempt"]
-                    reply = await backend.await_and_claim(self.name, owner, call[0], **call[1])
+                try:
+                    reply = await self._call(backend, owner, call, cancels)
+                except BaseException as error:
+                    call = steps.throw(error)
                 else:
-                    attempt = call["attempt"]
-                    reply = await backend.aacquire(self.name, owner, **call)
-                _raise_if_cancelled(cancels)
-                call = steps.send(reply)
+                    call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)
         except BackendUnavailableError:
-            # No answer: the attempt may still run, or have run. Undone once the server answers.
-            if attempt:
-                self._withdraw_later(backend, owner, attempt)
             _raise_if_cancelled(cancels)  # the client's time-out stood for a cancellation
             raise
-        except LockError:
-            raise
-        except BaseException:
-            # Cancelled (or interrupted) with the outcome unknown: undo it all, even if
-            # cancelled again meanwhile.
-            self._undo_acquire(backend, owner, before)
-            if attempt:
-                try:
-                    await _finish(backend.awithdraw(self.name, owner, before, attempt))
-                except LockError:  # the interruption, not this, is the news
-                    self._withdraw_later(backend, owner, attempt)
-            raise
+
+    async def _call(
+        self, backend: BaseLockBackend, owner: str, call: Step, cancels: int
+    ) -> AcquireResult | None:
+        if isinstance(call, Withdraw):
+            # Seen to its end even if the task is cancelled again meanwhile.
+            await _finish(backend.awithdraw(self.name, owner, call.holds, call.attempt))
+            return None
+        if isinstance(call, AcquireRequest):
+            reply = await backend.aacquire(self.name, owner, call)
+        else:
+            reply = await backend.await_and_claim(self.name, owner, call.seconds, call.request)
+        _raise_if_cancelled(cancels)
+        return reply
 
     async def release(self) -> None:
         """Drop one hold of the calling task; see :meth:`.Lock.release`."""
@@ -137,30 +130,20 @@ class AsyncLock(LockHandle):
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it."""
         seconds = validate_ttl(seconds, argument="seconds", lock_name=self.name)
         owner = self._owner_token()
-        remaining = await self.backend.aextend(self.name, owner, seconds, replace=replace)
-        if remaining is None:
-            raise self._not_owned("extend")
-        return remaining
+        return self._extended(
+            await self.backend.aextend(self.name, owner, seconds, replace=replace)
+        )
 
     async def check(self) -> None:
         """Raise :class:`LockLostError` if the caller's hold is lost; see :meth:`.Lock.check`."""
-        owner = self._owner_token()
-        hold = self._hold()
-        if hold is None:
-            raise LockNotOwnedError(
-                f"Cannot check lock {self.name!r}: this owner does not hold it.",
-                lock_name=self.name,
-            )
-        if self._unrenewed(hold) and await self.backend.attl(self.name, owner) is None:
-            self._lost_by(hold)("its lease ended")
-        if hold.lost_reason is not None:
-            raise LockLostError(hold.lost_message(), lock_name=self.name)
+        hold, ask = self._hold_to_check()
+        self._checked(hold, not ask or await self.backend.attl(self.name, hold.owner) is not None)
 
     # Inspection ------------------------------------------------------------------------------
 
     async def locked(self) -> bool:
         """Return whether any owner holds the lock."""
-        return await self.backend.attl(self.name) is not None
+        return await self.backend.alocked(self.name)
 
     async def owned(self) -> bool:
         """Return whether the calling task holds the lock."""
@@ -175,14 +158,7 @@ class AsyncLock(LockHandle):
     # Context manager and decorator -----------------------------------------------------------
 
     async def __aenter__(self) -> AsyncLock:
-        timeout = self.timeout if self.blocking else None
-        if not await self._acquire(self.blocking, timeout, renew=self.auto_renew is not False):
-            raise LockNotAcquiredError(
-                f"Could not acquire lock {self.name!r} {self._wait_phrase()}: another owner "
-                "holds it.",
-                lock_name=self.name,
-            )
-        return self
+        return await self._enter()
 
     async def __aexit__(
         self,
@@ -190,13 +166,20 @@ class AsyncLock(LockHandle):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        await self._leave(exc)
+
+    async def _enter(self) -> AsyncLock:
+        """Acquire as entering an ``async with`` block does; see :meth:`.Lock._enter`."""
+        if not await self._acquire(*self._block_arguments()):
+            raise self._not_acquired()
+        return self
+
+    async def _leave(self, exc: BaseException | None = None) -> None:
+        """Release as leaving an ``async with`` block does; see :meth:`.Lock._leave`."""
         hold = self._hold()
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             await self.release()
-        if hold is None or hold.lost_reason is None:
-            return
-        if exc_type is None and self.raise_on_lost:
-            raise LockLostError(hold.lost_message(), lock_name=self.name)
+        self._left(hold, exc)
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate the coroutine function ``func`` so each call runs holding this lock."""
@@ -216,11 +199,6 @@ class AsyncLock(LockHandle):
 
     # Renewal and loss, seen from the event loop ------------------------------------------------
 
-    def _new_hold(self, backend: BaseLockBackend, owner: str, fencing_token: int) -> Hold:
-        hold = super()._new_hold(backend, owner, fencing_token)
-        hold.loop = asyncio.get_running_loop()
-        return hold
-
     def _orphan_check(self) -> Callable[[], str | None]:
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
         by_task = self.owner is None
@@ -234,34 +212,33 @@ class AsyncLock(LockHandle):
 
         return orphaned
 
-    def _call_on_lost(self, hold: Hold) -> None:
+    def _on_lost_callback(self) -> Callable[[], None] | None:
         # Called from the renewal thread: the callback runs on the holder's own loop.
-        loop = hold.loop
-        if self.on_lost is None or loop is None:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
-            loop.call_soon_threadsafe(self._run_on_lost)
+        if self.on_lost is None:
+            return None
+        loop = asyncio.get_running_loop()
+
+        def on_holders_loop() -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
+                loop.call_soon_threadsafe(self._run_on_lost)
+
+        return on_holders_loop
 
     def _run_on_lost(self) -> None:
         assert self.on_lost is not None
         try:
             result = self.on_lost(self)
             if inspect.isawaitable(result):
-                task = asyncio.ensure_future(result)
-                _callbacks.add(task)  # kept until done: the loop holds tasks weakly
+                task = keep_until_done(asyncio.ensure_future(result))
                 task.add_done_callback(self._on_lost_done)
         except Exception:
             logger.exception("The on_lost callback of lock %r failed.", self.name)
 
     def _on_lost_done(self, task: asyncio.Future[object]) -> None:
-        _callbacks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             logger.error(
                 "The on_lost callback of lock %r failed.", self.name, exc_info=task.exception()
             )
-
-
-_callbacks: set[asyncio.Future[object]] = set()
 
 
 def _cancels() -> int:

@@ -167,7 +167,7 @@ def _run_single(
         metadata=_metadata(task, task_name, config, args, kwargs),
     )
     try:
-        held.__enter__()
+        held._enter()
     except LockNotAcquiredError:
         return _conflict(config, task, held)
     if run_id is not None:
@@ -177,12 +177,12 @@ def _run_single(
     except BaseException as exc:
         # The body's exception (a Retry among them) wins over a lost lease, which is logged
         # and signalled all the same. A lock released before a retry is not released again.
-        held.__exit__(type(exc), exc, exc.__traceback__)
+        held._leave(exc)
         raise
     finally:
         if run_id is not None:
             _running.pop(run_id, None)
-    held.__exit__(None, None, None)
+    held._leave()
     return result
 
 

@@ -7,7 +7,8 @@ counts a hold its owner does not know of (one left by an acquire that reported f
 a reentrant acquire whose lease has ended is refused and reported as a loss.
 
 Every announcement goes out as a log line on the ``django_redis_lock`` logger and a Django
-signal (:mod:`django_redis_lock.signals`); a lost hold also calls the handle's ``on_lost``.
+signal (:mod:`django_redis_lock.signals`); a lost hold also calls the callback the handle gave
+it (the handle's ``on_lost``, run where the handle says), once.
 """
 
 from __future__ import annotations
@@ -17,20 +18,31 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.dispatch import Signal
 
+from ._tasks import keep_until_done
 from .renewal import Lease
 from .signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
-    from ._handle import LockHandle
     from .backends.base import BaseLockBackend
 
-__all__ = ["Hold", "held", "known_holds"]
+__all__ = ["Hold", "Holder", "held", "known_holds"]
+
+
+class Holder(Protocol):
+    """What a hold reads of the handle that took it, the sender of the hold's signals."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def using(self) -> str: ...
+
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -39,10 +51,11 @@ logger = logging.getLogger("django_redis_lock")
 class Hold:
     """One owner's hold of one lock, shared by the owner's handles; times are monotonic.
 
-    ``lock`` is the handle that took it first: its ``on_lost`` is the one called.
+    ``lock`` is the handle that took it first, and ``on_lost`` what it asked to be called
+    (from any thread) when the hold is lost.
     """
 
-    lock: LockHandle
+    lock: Holder
     backend: BaseLockBackend
     owner: str
     fencing_token: int
@@ -54,9 +67,9 @@ class Hold:
     #: moves ``lease.ends`` on from there).
     ends: float = 0.0
     lease: Lease | None = None
+    #: Why the hold was lost (None while it is not): the one record of a loss.
     lost_reason: str | None = None
-    #: The event loop of an asyncio holder, where its ``on_lost`` callback runs.
-    loop: asyncio.AbstractEventLoop | None = None
+    on_lost: Callable[[], None] | None = None
 
     def announce_acquired(self, waited: float) -> None:
         """Log and signal that the hold was taken after ``waited`` seconds."""
@@ -90,7 +103,8 @@ class Hold:
             reason,
         )
         self._send(lock_lost, held_for=held_for, reason=reason)
-        lock._call_on_lost(self)
+        if self.on_lost is not None:
+            self.on_lost()
 
     def lost_message(self) -> str:
         """Return the message of the LockLostError raised for this lost hold."""
@@ -120,8 +134,7 @@ class Hold:
             except RuntimeError:
                 pass
             else:
-                task = loop.create_task(signal.asend_robust(**arguments))
-                _sending.add(task)
+                task = keep_until_done(loop.create_task(signal.asend_robust(**arguments)))
                 task.add_done_callback(functools.partial(_sent, lock.name))
                 return
         _log_failures(lock.name, signal.send_robust(**arguments))
@@ -141,10 +154,6 @@ def known_holds(backend: BaseLockBackend, name: str, owner: str) -> int:
 os.register_at_fork(after_in_child=held.clear)
 
 
-#: Signals being sent by tasks, kept until sent (an event loop holds its tasks weakly).
-_sending: set[asyncio.Task[Any]] = set()
-
-
 def _has_async_receivers(signal: Signal, sender: type) -> bool:
     if not signal.receivers:
         return False
@@ -153,7 +162,6 @@ def _has_async_receivers(signal: Signal, sender: type) -> bool:
 
 
 def _sent(name: str, task: asyncio.Task[Any]) -> None:
-    _sending.discard(task)
     if not task.cancelled():
         _log_failures(name, task.result())
 

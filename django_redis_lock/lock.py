@@ -10,25 +10,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle
+from ._handle import LockHandle, Step, WaitThenClaim
 from ._validation import validate_ttl
-from .backends.base import AcquireResult
-from .exceptions import (
-    BackendUnavailableError,
-    LockArgumentTypeError,
-    LockError,
-    LockLostError,
-    LockNotAcquiredError,
-    LockNotOwnedError,
-)
+from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from .exceptions import LockArgumentTypeError, LockError, LockNotOwnedError
 from .handler import locks
-from .holds import known_holds
 from .owner import current_owner
 
 __all__ = ["Lock", "current_owner", "lock"]
@@ -66,16 +57,6 @@ class Lock(LockHandle):
     def _where(self) -> str:
         return threading.current_thread().name
 
-    def _holder_json(self) -> bytes:
-        # Per thread, the thread's name cannot change between acquires often: read it once.
-        local = self.__dict__.get("_local")
-        if local is None:
-            local = self.__dict__.setdefault("_local", threading.local())
-        cached: tuple[int, bytes] | None = getattr(local, "holder", None)
-        if cached is None or cached[0] != os.getpid():
-            cached = local.holder = (os.getpid(), super()._holder_json())
-        return cached[1]
-
     # Acquiring and releasing -----------------------------------------------------------------
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -94,43 +75,31 @@ class Lock(LockHandle):
         :class:`~django_redis_lock.BackendUnavailableError` is raised, and whatever the
         attempt may still do on the server is withdrawn once it answers again.
         """
-        blocking, timeout = self._acquire_arguments(blocking, timeout)
-        return self._acquire(blocking, timeout, renew=self.auto_renew is True)
+        return self._acquire(*self._acquire_arguments(blocking, timeout))
 
-    def _acquire(self, blocking: bool, timeout: float | None, *, renew: bool) -> bool:
+    def _acquire(self, blocking: bool, timeout: float | None, renew: bool) -> bool:
+        # The loop decides; this sends its calls, and throws their errors back in.
         backend, owner = locks[self.using], self._owner_token()
-        before = known_holds(backend, self.name, owner)
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        reply: AcquireResult
-        attempt = ""
         try:
             call = next(steps)
             while True:
-                if isinstance(call, tuple):
-                    attempt = call[1]["attempt"]
-                    reply = backend.wait_and_claim(self.name, owner, call[0], **call[1])
+                try:
+                    reply = self._call(backend, owner, call)
+                except BaseException as error:
+                    call = steps.throw(error)
                 else:
-                    attempt = call["attempt"]
-                    reply = backend.acquire(self.name, owner, **call)
-                call = steps.send(reply)
+                    call = steps.send(reply)
         except StopIteration as done:
             return bool(done.value)
-        except BackendUnavailableError:
-            # No answer: the attempt may still run, or have run. Undone once the server answers.
-            if attempt:
-                self._withdraw_later(backend, owner, attempt)
-            raise
-        except LockError:
-            raise
-        except BaseException:
-            # Interrupted (KeyboardInterrupt, say) with the outcome unknown: undo it all.
-            self._undo_acquire(backend, owner, before)
-            if attempt:
-                try:
-                    backend.withdraw(self.name, owner, before, attempt)
-                except LockError:
-                    self._withdraw_later(backend, owner, attempt)
-            raise
+
+    def _call(self, backend: BaseLockBackend, owner: str, call: Step) -> AcquireResult | None:
+        if isinstance(call, AcquireRequest):
+            return backend.acquire(self.name, owner, call)
+        if isinstance(call, WaitThenClaim):
+            return backend.wait_and_claim(self.name, owner, call.seconds, call.request)
+        backend.withdraw(self.name, owner, call.holds, call.attempt)
+        return None
 
     def release(self) -> None:
         """Drop one hold of the calling owner; the lock is free when its last hold is dropped.
@@ -155,10 +124,8 @@ class Lock(LockHandle):
         includes a lease that already ended: an ended lease is never revived.
         """
         seconds = validate_ttl(seconds, argument="seconds", lock_name=self.name)
-        remaining = self.backend.extend(self.name, self._owner_token(), seconds, replace=replace)
-        if remaining is None:
-            raise self._not_owned("extend")
-        return remaining
+        owner = self._owner_token()
+        return self._extended(self.backend.extend(self.name, owner, seconds, replace=replace))
 
     def check(self) -> None:
         """Raise :class:`LockLostError` if the caller's hold is lost; for long work.
@@ -166,17 +133,8 @@ class Lock(LockHandle):
         With renewal, this reads what the renewal thread found (no round trip); without,
         it asks the backend.
         """
-        owner = self._owner_token()
-        hold = self._hold()
-        if hold is None:
-            raise LockNotOwnedError(
-                f"Cannot check lock {self.name!r}: this owner does not hold it.",
-                lock_name=self.name,
-            )
-        if self._unrenewed(hold) and self.backend.ttl(self.name, owner) is None:
-            self._lost_by(hold)("its lease ended")
-        if hold.lost_reason is not None:
-            raise LockLostError(hold.lost_message(), lock_name=self.name)
+        hold, ask = self._hold_to_check()
+        self._checked(hold, not ask or self.backend.ttl(self.name, hold.owner) is not None)
 
     # Inspection ------------------------------------------------------------------------------
 
@@ -200,14 +158,7 @@ class Lock(LockHandle):
     # Context manager and decorator -----------------------------------------------------------
 
     def __enter__(self) -> Lock:
-        timeout = self.timeout if self.blocking else None
-        if not self._acquire(self.blocking, timeout, renew=self.auto_renew is not False):
-            raise LockNotAcquiredError(
-                f"Could not acquire lock {self.name!r} {self._wait_phrase()}: another owner "
-                "holds it.",
-                lock_name=self.name,
-            )
-        return self
+        return self._enter()
 
     def __exit__(
         self,
@@ -215,14 +166,26 @@ class Lock(LockHandle):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._leave(exc)
+
+    def _enter(self) -> Lock:
+        """Acquire as entering a ``with`` block does: renewed, or LockNotAcquiredError.
+
+        For integrations that hold the lock across calls a ``with`` block cannot span.
+        """
+        if not self._acquire(*self._block_arguments()):
+            raise self._not_acquired()
+        return self
+
+    def _leave(self, exc: BaseException | None = None) -> None:
+        """Release as leaving a ``with`` block does, ``exc`` being the block's own error.
+
+        Raises LockLostError if the hold was lost and the block raised nothing.
+        """
         hold = self._hold()
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
             self.release()
-        if hold is None or hold.lost_reason is None:
-            return
-        if exc_type is None and self.raise_on_lost:
-            raise LockLostError(hold.lost_message(), lock_name=self.name)
-        # The block's own exception (or raise_on_lost=False) wins; the loss was logged.
+        self._left(hold, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding this lock."""

@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from django_redis_lock import locks
 from django_redis_lock.admin import LockAdmin, describe_holder, format_duration
-from django_redis_lock.backends.base import LockInfo, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, LockInfo, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.models import Lock
 from django_redis_lock.testing import locmem_locks
@@ -50,7 +50,7 @@ def hold(
 ) -> None:
     """Make ``owner`` hold ``name`` on ``alias``, as a web process on host web-1 would."""
     metadata = holder_metadata(host="web-1", pid=4321, thread="MainThread", data=data)
-    result = locks[alias].acquire(name, owner, ttl=ttl, metadata=metadata)
+    result = locks[alias].acquire(name, owner, AcquireRequest(ttl=ttl, metadata=metadata))
     assert result.acquired
 
 

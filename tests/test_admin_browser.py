@@ -24,7 +24,7 @@ from django.test import override_settings
 
 import django_redis_lock
 from django_redis_lock import locks
-from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -113,7 +113,7 @@ def log_in(page: Page, live_server: LiveServer, password: str) -> None:
 def hold(alias: str, name: str, owner: str, ttl: float, **holder: Any) -> None:
     data = holder.pop("data", None)
     metadata = holder_metadata(**{"pid": 4321, "thread": "MainThread", **holder}, data=data)
-    assert locks[alias].acquire(name, owner, ttl=ttl, metadata=metadata).acquired
+    assert locks[alias].acquire(name, owner, AcquireRequest(ttl=ttl, metadata=metadata)).acquired
 
 
 @pytest.mark.django_db(transaction=True)

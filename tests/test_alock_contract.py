@@ -30,12 +30,15 @@ from django_redis_lock import (
     alock,
     lock,
 )
-from django_redis_lock.backends.base import BaseLockBackend, Grant, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, Grant, holder_metadata
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
 
 T = TypeVar("T")
 
 META = holder_metadata(host="h", pid=1, thread="t")
+
+#: Another process, waiting for a lock: registered for 5 seconds.
+WAITING = AcquireRequest(ttl=10, metadata=META, wait=5)
 
 
 async def eventually(
@@ -555,7 +558,9 @@ async def test_fair__a_newcomer_does_not_overtake_a_queued_waiter(
     name = "acontract:overtake"
     holder = alock(name, ttl=0.2, using=using, fair=True, auto_renew=False)
     await holder.acquire()
-    assert not backend.acquire(name, "queued", ttl=10, metadata=META, fair=True, wait=5).acquired
+    assert not backend.acquire(
+        name, "queued", AcquireRequest(ttl=10, metadata=META, fair=True, wait=5)
+    ).acquired
     await eventually(lambda: not_locked(holder))  # the lease ended: nobody handed it over
     newcomer = alock(name, using=using, fair=True)
     assert await in_task(lambda: newcomer.acquire(blocking=False)) is False
@@ -879,11 +884,11 @@ async def test_cancel__a_lock_handed_to_a_cancelled_waiter_goes_to_the_next(
     using: str, backend: BaseLockBackend
 ) -> None:
     name = "acontract:cancel-handed"
-    assert backend.acquire(name, "holder", ttl=10, metadata=META).acquired
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
     waiter = alock(name, using=using, timeout=10)
     task = asyncio.create_task(waiter.acquire())
     await eventually(lambda: queued(backend, name) == 1)
-    assert not backend.acquire(name, "next", ttl=10, metadata=META, wait=5).acquired
+    assert not backend.acquire(name, "next", WAITING).acquired
     # The release hands the lock to the waiting task, which is cancelled before it runs
     # again (the event loop is not given a turn in between).
     assert backend.release(name, "holder") == 0
@@ -918,8 +923,8 @@ async def test_withdraw__removes_a_registered_waiter_from_the_queue(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
     name = "withdraw:queue"
-    assert backend.acquire(name, "holder", ttl=10, metadata=META).acquired
-    assert not backend.acquire(name, "waiter", ttl=10, metadata=META, wait=5).acquired
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert queued(backend, name) == 1
     assert await withdraw(name, "waiter") == 0
     assert queued(backend, name) == 0
@@ -932,9 +937,9 @@ async def test_withdraw__frees_a_lock_handed_to_a_waiter_and_hands_it_on(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
     name = "withdraw:handed"
-    assert backend.acquire(name, "holder", ttl=10, metadata=META).acquired
-    assert not backend.acquire(name, "waiter", ttl=10, metadata=META, wait=5).acquired
-    assert not backend.acquire(name, "next", ttl=10, metadata=META, wait=5).acquired
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
+    assert not backend.acquire(name, "next", WAITING).acquired
     assert backend.release(name, "holder") == 0
     assert [info.owner for info in backend.lock_info(name)] == ["waiter"]
     assert await withdraw(name, "waiter") == 0
@@ -953,7 +958,7 @@ async def test_withdraw__drops_holds_above_the_count_kept(
 ) -> None:
     name = "withdraw:holds"
     for _ in range(3):
-        assert backend.acquire(name, "owner", ttl=10, metadata=META).acquired
+        assert backend.acquire(name, "owner", AcquireRequest(ttl=10, metadata=META)).acquired
     [info] = backend.lock_info(name)
     assert info.holds == 3
     assert await withdraw(name, "owner", 1) == 1
@@ -970,9 +975,9 @@ async def test_withdraw__to_zero_holds_frees_the_lock_for_the_next_waiter(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
     name = "withdraw:zero"
-    assert backend.acquire(name, "owner", ttl=10, metadata=META).acquired
-    assert backend.acquire(name, "owner", ttl=10, metadata=META).acquired
-    assert not backend.acquire(name, "waiter", ttl=10, metadata=META, wait=5).acquired
+    assert backend.acquire(name, "owner", AcquireRequest(ttl=10, metadata=META)).acquired
+    assert backend.acquire(name, "owner", AcquireRequest(ttl=10, metadata=META)).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert await withdraw(name, "owner") == 0
     assert backend.ttl(name, "owner") is None
     assert [info.owner for info in backend.lock_info(name)] == ["waiter"]
@@ -986,8 +991,8 @@ async def test_withdraw__an_owner_with_nothing_changes_nothing(
     name = "withdraw:stranger"
     assert await withdraw(name, "stranger") == 0
     assert not backend.locked(name)
-    assert backend.acquire(name, "holder", ttl=10, metadata=META).acquired
-    assert not backend.acquire(name, "waiter", ttl=10, metadata=META, wait=5).acquired
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=10, metadata=META)).acquired
+    assert not backend.acquire(name, "waiter", WAITING).acquired
     assert await withdraw(name, "stranger") == 0
     assert await withdraw(name, "holder", 1) == 1
     [info] = backend.lock_info(name)

@@ -27,7 +27,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
-from django_redis_lock.backends.base import AcquireResult, BaseLockBackend
+from django_redis_lock.backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.owner import current_owner, current_task_owner
@@ -290,10 +290,10 @@ async def test_race__cancelled_after_the_grant_arrived_drops_the_handed_lock(
     claims: list[AcquireResult] = []
 
     async def claimed_then_cancelled(
-        name_: str, owner: str, timeout: float, **request: Any
+        name_: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         await holder.release()  # hands the lock to this waiter, on the backend
-        claims.append(await real_claim(name_, owner, timeout, **request))
+        claims.append(await real_claim(name_, owner, timeout, request))
         task = asyncio.current_task()
         assert task is not None
         task.cancel()
@@ -765,7 +765,7 @@ async def test_redis_down__a_waiting_task_learns_it_within_the_socket_timeout(
     with override_settings(LOCKS=own_server_setting(own_server)):
         name = "faults:down-waiting"
         backend = locks["default"]
-        assert backend.acquire(name, "holder", ttl=30, metadata=b"{}").acquired
+        assert backend.acquire(name, "holder", AcquireRequest(ttl=30, metadata=b"{}")).acquired
         waiter = alock(name)
         task = asyncio.create_task(waiter.acquire(timeout=30))
         await eventually(lambda: backend.client.zcard(backend.key(name, "q")) == 1)
@@ -784,7 +784,7 @@ async def test_redis_down__a_waiting_task_cancelled_meanwhile_ends_cancelled(
     with override_settings(LOCKS=own_server_setting(own_server)):
         name = "faults:down-cancelled"
         backend = locks["default"]
-        assert backend.acquire(name, "holder", ttl=30, metadata=b"{}").acquired
+        assert backend.acquire(name, "holder", AcquireRequest(ttl=30, metadata=b"{}")).acquired
         task = asyncio.create_task(alock(name).acquire(timeout=30))
         await eventually(lambda: backend.client.zcard(backend.key(name, "q")) == 1)
         stop_or_pause(own_server, fault)
@@ -813,7 +813,7 @@ def test_keyboard_interrupt__while_waiting_leaves_no_trace(
     owner = current_owner()
     seen: list[set[str]] = []
 
-    def interrupted_wait(name_: str, owner_: str, timeout: float, **request: Any) -> None:
+    def interrupted_wait(name_: str, owner_: str, timeout: float, request: AcquireRequest) -> None:
         assert (name_, owner_) == (name, owner)
         if handed_over:
             holder.release()  # the lock is this owner's now, on the backend

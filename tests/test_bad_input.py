@@ -18,7 +18,7 @@ from django_redis_lock import (
     lock,
 )
 from django_redis_lock._validation import MAX_NAME_LENGTH, MAX_SECONDS
-from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.decorators import lock_view
@@ -244,7 +244,7 @@ def test_durations__the_longest_lease_works_on_redis(redis_url: str, prefix: str
     backend = RedisBackend(url=redis_url, key_prefix=prefix, fencing_ttl=MAX_SECONDS)
     try:
         meta = holder_metadata(host="h", pid=1, thread="t")
-        result = backend.acquire("decade", "owner", ttl=MAX_SECONDS, metadata=meta)
+        result = backend.acquire("decade", "owner", AcquireRequest(ttl=MAX_SECONDS, metadata=meta))
         assert result.acquired
         assert result.lease == MAX_SECONDS
         extended = backend.extend("decade", "owner", MAX_SECONDS)

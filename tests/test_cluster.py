@@ -36,7 +36,7 @@ from django_redis_lock import (
     lock,
     locks,
 )
-from django_redis_lock.backends.base import glob_escape, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, glob_escape, holder_metadata
 from django_redis_lock.backends.cluster import RedisClusterBackend
 from django_redis_lock.conf import problems
 from django_redis_lock.topologies import RedisClusterServers
@@ -181,7 +181,9 @@ def test_slots__every_key_of_a_lock_is_in_one_slot(
     assert holder.acquire()
     # A waiter that registers and never comes: its queue and waiter records stay, and the
     # release hands the lock to it through its wake-up list, which nobody pops.
-    ghost = backend.acquire(name, "ghost", ttl=5, metadata=META, wait=3.0, fair=True)
+    ghost = backend.acquire(
+        name, "ghost", AcquireRequest(ttl=5, metadata=META, wait=3.0, fair=True)
+    )
     assert not ghost.acquired
     waiting = lock_keys(backend)
     holder.release()
@@ -451,7 +453,7 @@ def test_renewal__costs_one_round_trip_per_primary(
 ) -> None:
     names = [name for found in names_on(backend, "trips", 10).values() for name in found]
     for name in names:
-        assert backend.acquire(name, "o", ttl=30, metadata=META).acquired
+        assert backend.acquire(name, "o", AcquireRequest(ttl=30, metadata=META)).acquired
     backend.renew([(name, "o", 30) for name in names])  # loads the script everywhere
     for client in node_clients.values():
         client.config_resetstat()
@@ -469,8 +471,8 @@ def test_renewal__costs_one_round_trip_per_primary(
 def test_force_release__frees_locks_on_every_primary(backend: RedisClusterBackend) -> None:
     names = [name for found in names_on(backend, "forced", 3).values() for name in found]
     for name in names:
-        assert backend.acquire(name, "a", ttl=30, metadata=META, limit=2).acquired
-        assert backend.acquire(name, "b", ttl=30, metadata=META, limit=2).acquired
+        assert backend.acquire(name, "a", AcquireRequest(ttl=30, metadata=META, limit=2)).acquired
+        assert backend.acquire(name, "b", AcquireRequest(ttl=30, metadata=META, limit=2)).acquired
     assert len(list(backend.iter_locks())) == 2 * len(names)
     for name in names:
         assert backend.force_release(name, owner="a") == 1
@@ -609,7 +611,9 @@ def degraded() -> Iterator[Degraded]:
         default_to_running(other, running[0])
         names = names_on(backend, "d", 3)
         for found in names.values():
-            assert backend.acquire(found[0], "keeper", ttl=60, metadata=META).acquired
+            assert backend.acquire(
+                found[0], "keeper", AcquireRequest(ttl=60, metadata=META)
+            ).acquired
         for client in (backend, other):  # every script loaded, every connection open
             client.renew([(found[0], "keeper", 60) for found in names.values()])
             client.lock_info(names[stopped][0])
@@ -628,8 +632,8 @@ def test_degraded__a_stopped_primarys_slots_fail_fast_the_others_work(
     name = degraded.names[degraded.stopped][1]
     for client in (degraded.backend, degraded.other):
         on_the_lock: list[Callable[[], object]] = [
-            lambda c=client: c.acquire(name, "o", ttl=5, metadata=META),
-            lambda c=client: c.acquire(name, "o", ttl=5, metadata=META, wait=2),
+            lambda c=client: c.acquire(name, "o", AcquireRequest(ttl=5, metadata=META)),
+            lambda c=client: c.acquire(name, "o", AcquireRequest(ttl=5, metadata=META, wait=2)),
             lambda c=client: c.release(name, "o"),
             lambda c=client: c.extend(name, "o", 5),
             lambda c=client: c.ttl(name),
@@ -649,7 +653,7 @@ def test_degraded__a_stopped_primarys_slots_fail_fast_the_others_work(
     for port in degraded.running:
         name = degraded.names[port][1]
         for client in (degraded.backend, degraded.other):
-            result = client.acquire(name, "o", ttl=5, metadata=META)
+            result = client.acquire(name, "o", AcquireRequest(ttl=5, metadata=META))
             assert result.acquired
             assert client.ttl(name, "o") is not None
             assert client.release(name, "o") == 0
@@ -669,7 +673,7 @@ def test_degraded__a_frozen_primary_fails_within_the_socket_timeout(
     node.pause()
     try:
         for call in (
-            lambda: degraded.other.acquire(name, "frozen", ttl=5, metadata=META),
+            lambda: degraded.other.acquire(name, "frozen", AcquireRequest(ttl=5, metadata=META)),
             lambda: degraded.other.wait(name, "frozen", 10),
             lambda: degraded.other.ttl(name),
         ):

@@ -12,7 +12,7 @@ import pytest
 import redis as redis_py
 
 from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks
-from django_redis_lock.backends.base import BaseLockBackend, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, holder_metadata
 from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
 from django_redis_lock.testing import RedisServer
@@ -84,7 +84,7 @@ def test_dead_waiter__holds_the_others_back_only_for_its_registration(
     """A registered waiter that never comes (it died) is handed a short lease only."""
     holder = lock("live:ghost", using=using)
     holder.acquire()
-    ghost = backend.acquire("live:ghost", "ghost", ttl=60, metadata=META, wait=0.3)
+    ghost = backend.acquire("live:ghost", "ghost", AcquireRequest(ttl=60, metadata=META, wait=0.3))
     assert not ghost.acquired
     holder.release()  # hands the lock to the ghost, with a lease of its registration + 1 s
     [info] = backend.lock_info("live:ghost")
@@ -159,7 +159,9 @@ def test_fair__try_lock_is_not_refused_because_of_waiters_that_are_gone(
     holder = lock("live:stale-queue", ttl=0.2, using=using, fair=True, auto_renew=False)
     holder.acquire()
     # A waiter registers for 50 ms and is never heard of again; then the lease just ends.
-    backend.acquire("live:stale-queue", "gone", ttl=5, metadata=META, fair=True, wait=0.05)
+    backend.acquire(
+        "live:stale-queue", "gone", AcquireRequest(ttl=5, metadata=META, fair=True, wait=0.05)
+    )
     assert queued(backend, "live:stale-queue") == 1
     eventually(lambda: not holder.locked())
     newcomer = lock("live:stale-queue", using=using, fair=True)

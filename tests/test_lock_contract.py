@@ -16,7 +16,12 @@ from django_redis_lock import (
     LockNotOwnedError,
     lock,
 )
-from django_redis_lock.backends.base import BaseLockBackend, glob_escape, holder_metadata
+from django_redis_lock.backends.base import (
+    AcquireRequest,
+    BaseLockBackend,
+    glob_escape,
+    holder_metadata,
+)
 
 from .helpers import eventually, in_thread
 
@@ -327,27 +332,27 @@ def test_force_release__only_the_named_owner(using: str, backend: BaseLockBacken
 
 
 def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend) -> None:
-    meta = holder_metadata(host="h", pid=1, thread="t")
-    assert backend.acquire("contract:sem", "a", ttl=10, limit=2, metadata=meta).acquired
-    assert backend.acquire("contract:sem", "b", ttl=10, limit=2, metadata=meta).acquired
-    refused = backend.acquire("contract:sem", "c", ttl=10, limit=2, metadata=meta)
+    two = AcquireRequest(ttl=10, limit=2)
+    assert backend.acquire("contract:sem", "a", two).acquired
+    assert backend.acquire("contract:sem", "b", two).acquired
+    refused = backend.acquire("contract:sem", "c", two)
     assert not refused.acquired
     assert refused.retry_after is not None
     assert 9 < refused.retry_after <= 10
     assert sorted(i.owner for i in backend.iter_locks("contract:sem")) == ["a", "b"]
     assert backend.release("contract:sem", "a") == 0
-    assert backend.acquire("contract:sem", "c", ttl=10, limit=2, metadata=meta).acquired
+    assert backend.acquire("contract:sem", "c", two).acquired
     assert backend.force_release("contract:sem") == 2
 
 
 def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     using: str, backend: BaseLockBackend
 ) -> None:
-    meta = holder_metadata(host="h", pid=1, thread="t")
-    assert backend.acquire("contract:sem-dead", "dead", ttl=0.1, limit=2, metadata=meta).acquired
-    assert backend.acquire("contract:sem-dead", "live", ttl=10, limit=2, metadata=meta).acquired
+    two = AcquireRequest(ttl=10, limit=2)
+    assert backend.acquire("contract:sem-dead", "dead", AcquireRequest(ttl=0.1, limit=2)).acquired
+    assert backend.acquire("contract:sem-dead", "live", two).acquired
     eventually(lambda: backend.ttl("contract:sem-dead", "dead") is None)
-    assert backend.acquire("contract:sem-dead", "new", ttl=10, limit=2, metadata=meta).acquired
+    assert backend.acquire("contract:sem-dead", "new", two).acquired
     assert sorted(i.owner for i in backend.iter_locks("contract:sem-dead")) == ["live", "new"]
     backend.force_release("contract:sem-dead")
 
@@ -355,7 +360,9 @@ def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
 def test_scan_page__pages_through_every_lock_once(using: str, backend: BaseLockBackend) -> None:
     meta = holder_metadata(host="h", pid=1, thread="t")
     for index in range(130):
-        assert backend.acquire(f"page:{index:03}", "o", ttl=30, metadata=meta).acquired
+        assert backend.acquire(
+            f"page:{index:03}", "o", AcquireRequest(ttl=30, metadata=meta)
+        ).acquired
     seen: list[str] = []
     cursor, pages = None, 0
     while True:

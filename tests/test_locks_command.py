@@ -24,7 +24,12 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_redis_lock import locks
-from django_redis_lock.backends.base import AcquireResult, BaseLockBackend, holder_metadata
+from django_redis_lock.backends.base import (
+    AcquireRequest,
+    AcquireResult,
+    BaseLockBackend,
+    holder_metadata,
+)
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.management import listing
 from django_redis_lock.management.commands.locks import Command
@@ -111,7 +116,7 @@ def hold(
     """Take ``name`` for ``owner`` (a new one by default) directly on the backend, for 60 s."""
     meta = holder_metadata(host=host, pid=pid, thread=thread, data=data)
     result = backend.acquire(
-        name, owner or secrets.token_hex(16), ttl=60.0, limit=limit, metadata=meta
+        name, owner or secrets.token_hex(16), AcquireRequest(ttl=60.0, limit=limit, metadata=meta)
     )
     assert result.acquired, name
     return result
@@ -281,7 +286,7 @@ def test_list__row_shows_holds_lease_and_fencing_token(using: str) -> None:
 
 def test_list__owner_falls_back_to_the_owner_token_without_details(using: str) -> None:
     backend = locks[using]
-    backend.acquire("bare", "owner-token-1", ttl=60.0, metadata=b"{}")
+    backend.acquire("bare", "owner-token-1", AcquireRequest(ttl=60.0, metadata=b"{}"))
 
     row = run("list", "--using", using).out.splitlines()[1]
 
@@ -398,7 +403,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
 
 
 def test_list__json_without_details_gives_nulls(using: str) -> None:
-    locks[using].acquire("bare", "owner-1", ttl=60.0, metadata=b"not json")
+    locks[using].acquire("bare", "owner-1", AcquireRequest(ttl=60.0, metadata=b"not json"))
 
     [item] = run("list", "--json", "--using", using).json()["locks"]
 

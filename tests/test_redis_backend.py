@@ -9,7 +9,7 @@ import redis as redis_py
 from redis.crc import key_slot
 
 from django_redis_lock import BackendUnavailableError, lock, locks
-from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
 
@@ -90,7 +90,9 @@ def test_iter_locks__pages_through_more_keys_than_one_batch(raw_redis: redis_py.
     assert isinstance(backend, RedisBackend)
     meta = holder_metadata(host="h", pid=1, thread="t")
     for index in range(1200):
-        assert backend.acquire(f"many:{index}", "owner", ttl=30, metadata=meta).acquired
+        assert backend.acquire(
+            f"many:{index}", "owner", AcquireRequest(ttl=30, metadata=meta)
+        ).acquired
     names = {info.name for info in backend.iter_locks("many:*", batch_size=100)}
     assert names == {f"many:{index}" for index in range(1200)}
     for index in range(1200):
@@ -110,7 +112,7 @@ def test_unix_socket__urls_work() -> None:
     with RedisServer(unix_socket=True) as server:
         backend = RedisBackend(url=server.url)
         meta = holder_metadata(host="h", pid=1, thread="t")
-        assert backend.acquire("unix", "me", ttl=5, metadata=meta).acquired
+        assert backend.acquire("unix", "me", AcquireRequest(ttl=5, metadata=meta)).acquired
         assert backend.release("unix", "me") == 0
         backend.close()
 
@@ -121,7 +123,7 @@ def test_unavailable__stopped_server_raises_backend_unavailable(own_server: Redi
     backend = RedisBackend(url=url, socket_timeout=0.5, socket_connect_timeout=0.5)
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError) as caught:
-        backend.acquire("down", "me", ttl=5, metadata="{}")
+        backend.acquire("down", "me", AcquireRequest(ttl=5, metadata="{}"))
     assert time.monotonic() - started < 2
     assert caught.value.lock_name == "down"
     assert "hunter2" not in str(caught.value)
@@ -136,7 +138,7 @@ def test_unavailable__paused_server_fails_within_the_socket_timeout(
     own_server.pause()
     try:
         for call in (
-            lambda: backend.acquire("frozen", "me", ttl=5, metadata="{}"),
+            lambda: backend.acquire("frozen", "me", AcquireRequest(ttl=5, metadata="{}")),
             lambda: backend.release("frozen", "me"),
             lambda: list(backend.iter_locks()),
             backend.ping,
@@ -148,7 +150,9 @@ def test_unavailable__paused_server_fails_within_the_socket_timeout(
     finally:
         own_server.resume()
     backend.close()
-    assert backend.acquire("frozen", "me", ttl=5, metadata="{}").acquired, "recovers after"
+    assert backend.acquire("frozen", "me", AcquireRequest(ttl=5, metadata="{}")).acquired, (
+        "recovers after"
+    )
 
 
 def test_unavailable__lock_calls_raise_backend_unavailable(own_server: RedisServer) -> None:

@@ -25,7 +25,7 @@ from django_redis_lock import (
     lock,
     locks,
 )
-from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.conf import problems
 from django_redis_lock.testing import RedisServer
@@ -300,7 +300,7 @@ def test_unavailable__urls_are_redacted(masters: list[RedisServer]) -> None:
         server.stop()
     backend = RedlockBackend(urls=[f"redis://user:s3cret@127.0.0.1:{p}/0" for p in ports])
     with pytest.raises(BackendUnavailableError) as caught:
-        backend.acquire("x", "o", ttl=1, metadata=META)
+        backend.acquire("x", "o", AcquireRequest(ttl=1, metadata=META))
     assert "s3cret" not in str(caught.value)
     assert "user:***@127.0.0.1" in str(caught.value)
     assert "only 0 of 3" in str(caught.value)
@@ -350,7 +350,7 @@ def test_minority_of_stale_keys__is_not_a_lock(
     redlock: RedlockBackend, clients: list[redis_py.Redis], prefix: str
 ) -> None:
     for node in redlock.nodes[:2]:
-        assert node.acquire("stale", "ghost", ttl=30, metadata=META).acquired
+        assert node.acquire("stale", "ghost", AcquireRequest(ttl=30, metadata=META)).acquired
     assert not lock("stale", using="redlock").locked()
     assert redlock.ttl("stale") is None
     assert redlock.ttl("stale", "ghost") is None
@@ -364,8 +364,12 @@ def test_minority_held_by_others__an_attempt_fails_and_leaves_nothing(
 ) -> None:
     # Two owners each hold two masters: nobody has a majority, and the free one cannot help.
     for index, ghost in ((0, "g1"), (1, "g1"), (2, "g2"), (3, "g2")):
-        assert redlock.nodes[index].acquire("split", ghost, ttl=0.4, metadata=META).acquired
-    result = redlock.acquire("split", "me", ttl=5, metadata=META)
+        assert (
+            redlock.nodes[index]
+            .acquire("split", ghost, AcquireRequest(ttl=0.4, metadata=META))
+            .acquired
+        )
+    result = redlock.acquire("split", "me", AcquireRequest(ttl=5, metadata=META))
     assert not result.acquired
     assert result.retry_after is not None
     assert 0 < result.retry_after <= 0.4
@@ -391,7 +395,7 @@ def test_reentry__survives_a_master_that_forgot(
 
 
 def test_extend_and_ttl__the_majority_decides(redlock: RedlockBackend) -> None:
-    assert redlock.acquire("ttl", "me", ttl=10, metadata=META).acquired
+    assert redlock.acquire("ttl", "me", AcquireRequest(ttl=10, metadata=META)).acquired
     for node, seconds in zip(redlock.nodes, [50, 10, 40, 20, 30], strict=True):
         node.extend("ttl", "me", seconds, replace=True)
     ttl = redlock.ttl("ttl", "me")
@@ -422,10 +426,10 @@ def test_listing__merges_the_masters(redlock: RedlockBackend, urls: list[str]) -
     a.acquire()
     b.acquire()
     for node in redlock.nodes[:2]:
-        node.acquire("list-ghost", "ghost", ttl=30, metadata=META)
+        node.acquire("list-ghost", "ghost", AcquireRequest(ttl=30, metadata=META))
     # A master restarted empty still lists a's hold with its own (newer) token.
     redlock.nodes[4].force_release("list-a")
-    redlock.nodes[4].acquire("list-a", a._owner_token(), ttl=5, metadata=META)
+    redlock.nodes[4].acquire("list-a", a._owner_token(), AcquireRequest(ttl=5, metadata=META))
     infos = list(redlock.iter_locks("list-*"))
     assert [(i.name, i.holds) for i in infos] == [("list-a", 1), ("list-b", 1)]
     assert infos[0].metadata == {"job": 1}
@@ -451,7 +455,7 @@ def test_renewal__keeps_a_lock_past_several_leases(redlock: RedlockBackend) -> N
 
 def test_renew__many_leases_at_once(redlock: RedlockBackend) -> None:
     for name in ("r1", "r2"):
-        assert redlock.acquire(name, "me", ttl=1, metadata=META).acquired
+        assert redlock.acquire(name, "me", AcquireRequest(ttl=1, metadata=META)).acquired
     left = redlock.renew([("r1", "me", 20.0), ("r2", "me", 30.0), ("r3", "me", 5.0)])
     assert left[0] is not None
     assert left[1] is not None
@@ -461,8 +465,8 @@ def test_renew__many_leases_at_once(redlock: RedlockBackend) -> None:
 
 
 def test_withdraw__undoes_on_every_master(redlock: RedlockBackend) -> None:
-    assert redlock.acquire("w", "me", ttl=5, metadata=META).acquired
-    assert redlock.acquire("w", "me", ttl=5, metadata=META).holds == 2
+    assert redlock.acquire("w", "me", AcquireRequest(ttl=5, metadata=META)).acquired
+    assert redlock.acquire("w", "me", AcquireRequest(ttl=5, metadata=META)).holds == 2
     assert redlock.withdraw("w", "me", 1) == 1
     assert redlock.withdraw("w", "me", 0) == 0
     assert not redlock.locked("w")

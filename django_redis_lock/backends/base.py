@@ -8,8 +8,6 @@ server: acquire, release, extend and force-release either happen whole or not at
 from __future__ import annotations
 
 import datetime as dt
-import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, TypeVar
@@ -18,8 +16,11 @@ from asgiref.sync import sync_to_async
 
 from .._validation import validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ._glob import glob_escape, glob_to_regex
+from ._holder import holder_metadata, parse_holder_metadata
 
 __all__ = [
+    "AcquireRequest",
     "AcquireResult",
     "BaseLockBackend",
     "Grant",
@@ -30,6 +31,24 @@ __all__ = [
     "option_seconds",
     "parse_holder_metadata",
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcquireRequest:
+    """What one acquire attempt asks of a backend: see :meth:`BaseLockBackend.acquire`.
+
+    Only ``ttl`` (the lease, in seconds) has no default; ``metadata`` defaults to a holder
+    with no details. A new acquire option is a new field here, and handled by the backends.
+    """
+
+    ttl: float
+    metadata: str | bytes = b"{}"
+    limit: int = 1
+    fair: bool = False
+    wait: float = 0.0
+    claim: bool = False
+    holds: int | None = None
+    attempt: str = ""
 
 
 class AcquireResult(NamedTuple):
@@ -154,39 +173,30 @@ class BaseLockBackend:
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
-        """Try once to take a lease of ``ttl`` seconds on ``name`` for ``owner``.
+    @property
+    def location(self) -> str:
+        """Return where the locks are kept, for people to read: never a password."""
+        return type(self).__name__
+
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
+        """Try once to take a lease of ``request.ttl`` seconds on ``name`` for ``owner``.
 
         Reentrant: an owner that already holds the lock gets its hold count increased, its
-        lease lengthened to at least ``ttl``, and its existing fencing token. ``metadata`` is
-        the holder's details as JSON (see :func:`holder_metadata`), kept for listing.
+        lease lengthened to at least ``ttl``, and its existing fencing token.
 
-        When the lock is not free and ``wait`` > 0, the owner is registered as a waiter for
-        ``wait`` seconds: a release within that time hands it the lock (see :meth:`wait`).
-        ``wait=0`` also removes an earlier registration of the owner. With ``fair``, a free
-        slot goes to registered waiters first, in arrival order. ``claim`` says the owner is
-        waiting already: if it holds the lock now, the lock was handed to it; its short grant
-        becomes a lease of ``ttl`` and its hold is returned without counting another.
+        When the lock is not free and ``request.wait`` > 0, the owner is registered as a
+        waiter for ``wait`` seconds: a release within that time hands it the lock (see
+        :meth:`wait`). ``wait=0`` also removes an earlier registration of the owner. With
+        ``fair``, a free slot goes to registered waiters first, in arrival order. With
+        ``claim`` (the owner is waiting already), if it holds the lock now, the lock was
+        handed to it: its short grant becomes a lease of ``ttl`` and its hold is returned
+        without counting another.
 
-        ``holds`` is the number of holds the caller knows the owner has (None: count
-        reentrant acquires on the backend). Given, the owner's hold count becomes
-        ``holds + 1``: a hold the caller did not know of (left by an acquire it saw fail) is
-        never inherited, and with ``holds`` > 0 and no live lease nothing is taken and the
-        result says ``lost``. ``attempt`` is the caller's id of this call, recorded with the
-        hold and any registration, for :meth:`withdraw`.
+        Given ``request.holds``, the owner's hold count becomes ``holds + 1``: a hold the
+        caller did not know of (left by an acquire it saw fail) is never inherited, and with
+        ``holds`` > 0 and no live lease nothing is taken and the result says ``lost``.
+        ``request.attempt`` is recorded with the hold and any registration, for
+        :meth:`withdraw`.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
@@ -221,17 +231,18 @@ class BaseLockBackend:
         raise NotImplementedError("subclasses of BaseLockBackend must provide a wait() method")
 
     def wait_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
-        """:meth:`wait` up to ``timeout`` seconds, then claim: ``acquire(claim=True, **request)``.
+        """:meth:`wait` up to ``timeout`` seconds, then ``acquire(name, owner, request)``.
 
-        Woken by a handoff or not, the claim settles what the wait found: it turns a grant
-        into the full lease, takes a free lock, or registers the owner again. Backends that
-        can send both at once (Redis, in one pipeline: the claim runs on the server as soon
-        as the wait ends) save the waiter a round trip after its wake-up.
+        ``request`` is a claim (``request.claim`` is set). Woken by a handoff or not, the
+        claim settles what the wait found: it turns a grant into the full lease, takes a free
+        lock, or registers the owner again. Backends that can send both at once (Redis, in
+        one pipeline: the claim runs on the server as soon as the wait ends) save the waiter
+        a round trip after its wake-up.
         """
         self.wait(name, owner, timeout)
-        return self.acquire(name, owner, claim=True, **request)
+        return self.acquire(name, owner, request)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Undo an acquire or release of ``owner`` whose outcome it never learned.
@@ -312,33 +323,9 @@ class BaseLockBackend:
     # The asyncio twins of the primitives. These defaults run the blocking method in a worker
     # thread; backends with an asyncio client override them.
 
-    async def aacquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         """Do what :meth:`acquire` does, without blocking the event loop."""
-        return await sync_to_async(self.acquire, thread_sensitive=False)(
-            name,
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
+        return await sync_to_async(self.acquire, thread_sensitive=False)(name, owner, request)
 
     async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
@@ -361,11 +348,11 @@ class BaseLockBackend:
         return await sync_to_async(self.wait, thread_sensitive=False)(name, owner, timeout)
 
     async def await_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         """Do what :meth:`wait_and_claim` does, without blocking the event loop."""
         await self.await_grant(name, owner, timeout)
-        return await self.aacquire(name, owner, claim=True, **request)
+        return await self.aacquire(name, owner, request)
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         """Do what :meth:`withdraw` does, without blocking the event loop."""
@@ -383,6 +370,10 @@ class BaseLockBackend:
     def locked(self, name: str) -> bool:
         """Return whether anyone holds ``name``."""
         return self.ttl(name) is not None
+
+    async def alocked(self, name: str) -> bool:
+        """Do what :meth:`locked` does, without blocking the event loop."""
+        return await self.attl(name) is not None
 
 
 def page_cursor(cursor: str | None) -> int:
@@ -402,63 +393,3 @@ def option_seconds(option: str, value: object) -> float:
         return validate_ttl(value, argument=option)
     except InvalidLockArgumentError as exc:
         raise InvalidLockBackendError(str(exc)) from None
-
-
-def holder_metadata(
-    *, host: str, pid: int, thread: str, data: dict[str, Any] | None = None
-) -> bytes:
-    """Return the JSON a holder records (UTF-8): where it runs, and the user's own ``data``."""
-    text = json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
-    return text.encode()
-
-
-def parse_holder_metadata(text: str | bytes) -> dict[str, Any]:
-    """Return the holder details recorded by :func:`holder_metadata` (plain JSON, no pickle)."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-_GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
-
-
-def glob_escape(name: str) -> str:
-    """Return a Redis glob pattern that matches exactly ``name``."""
-    return _GLOB_SPECIAL.sub(r"\\\1", name)
-
-
-def glob_to_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a Redis glob pattern (``*``, ``?``, ``[...]``, ``[^...]``, ``\\``) to a regex."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        char = pattern[i]
-        if char == "\\" and i + 1 < n:
-            out.append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if char == "*":
-            out.append(".*")
-        elif char == "?":
-            out.append(".")
-        elif char == "[":
-            end = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] == "^" else i + 1)
-            if end == -1:
-                out.append(re.escape(char))
-            else:
-                body = pattern[i + 1 : end]
-                negate = body.startswith("^")
-                body = body[1:] if negate else body
-                escaped = "".join(c if c == "-" else re.escape(c) for c in body.replace("\\", ""))
-                if not escaped:  # "[]" matches nothing, "[^]" any one character (as Redis)
-                    out.append("." if negate else "(?!)")
-                else:
-                    out.append(f"[{'^' if negate else ''}{escaped}]")
-                i = end + 1
-                continue
-        else:
-            out.append(re.escape(char))
-        i += 1
-    return re.compile("".join(out) + r"\Z", re.DOTALL)

@@ -24,9 +24,10 @@ from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ._redis.protocol import seconds
 from ._redis_options import redact_url, secret_safe, sentinel_address
 from .base import LockInfo
-from .redis import RedisBackend, _seconds
+from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
 
@@ -159,7 +160,7 @@ class RedisClusterBackend(RedisBackend):
                     # which follows MOVED and ASK and learns the new slot table.
                     results[index] = self._renew_redirected(*leases[index])
                 else:
-                    results[index] = _seconds(reply)
+                    results[index] = seconds(reply)
         return results
 
     def _renew_redirected(self, name: str, owner: str, ttl: float) -> float | LockError | None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import AcquireResult, BaseLockBackend, Grant, LockInfo, glob_to_regex
+from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, glob_to_regex
 
 __all__ = ["LocMemBackend"]
 
@@ -64,6 +65,11 @@ class LocMemBackend(BaseLockBackend):
         self._changed = threading.Condition()
         # Asyncio waiters, woken through their own loop when a lock is handed to them.
         self._async_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    @property
+    def location(self) -> str:
+        """Return where the locks are: this process's memory."""
+        return f"the memory of process {os.getpid()}"
 
     # Bookkeeping (always called with self._changed held) ---------------------------------
 
@@ -118,65 +124,44 @@ class LocMemBackend(BaseLockBackend):
 
     # The contract ----------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         with self._opened(name) as (entry, now):
-            request = _Waiter(now + wait, ttl, limit, metadata, attempt)
-            return self._acquire(
-                name, entry, owner, request, now, fair=fair, claim=claim, known=holds
-            )
+            return self._acquire(name, entry, owner, request, now)
 
     def _acquire(
-        self,
-        name: str,
-        entry: _Entry,
-        owner: str,
-        request: _Waiter,
-        now: float,
-        *,
-        fair: bool,
-        claim: bool,
-        known: int | None,
+        self, name: str, entry: _Entry, owner: str, request: AcquireRequest, now: float
     ) -> AcquireResult:
+        # What the owner leaves in the queue, and then on its hold: lease, limit, metadata.
+        waiter = _Waiter(
+            now + request.wait, request.ttl, request.limit, request.metadata, request.attempt
+        )
         holder = entry.holders.get(owner)
         if holder is not None:
-            if claim:
+            if request.claim:
                 entry.grants.pop(owner, None)
             else:
-                holder.holds = holder.holds + 1 if known is None else known + 1
+                holder.holds = holder.holds + 1 if request.holds is None else request.holds + 1
             holder.attempt = request.attempt
-            holder.ends = max(holder.ends, now + request.lease)
+            holder.ends = max(holder.ends, now + request.ttl)
             return AcquireResult(True, holder.fencing_token, holder.holds, lease=holder.ends - now)
-        if known:
+        if request.holds:
             return AcquireResult(False, lost=True)
-        waits = request.ends > now
-        if fair and entry.queue:
+        waits = waiter.ends > now
+        if request.fair and entry.queue:
             if waits:
-                entry.queue[owner] = request  # re-registering keeps the owner's first place
+                entry.queue[owner] = waiter  # re-registering keeps the owner's first place
             self._handoff(name, entry, now)
             if owner in entry.holders:
                 entry.grants.pop(owner, None)
                 mine = entry.holders[owner]
-                mine.ends = now + request.lease  # the lease asked for, not a grant's
-                return AcquireResult(True, mine.fencing_token, 1, lease=request.lease)
-        if len(entry.holders) < request.limit and not (fair and entry.queue):
+                mine.ends = now + request.ttl  # the lease asked for, not a grant's
+                return AcquireResult(True, mine.fencing_token, 1, lease=request.ttl)
+        if len(entry.holders) < request.limit and not (request.fair and entry.queue):
             entry.queue.pop(owner, None)
-            token = self._hold(name, entry, owner, request.lease, request)
-            return AcquireResult(True, token, 1, lease=request.lease)
+            token = self._hold(name, entry, owner, request.ttl, waiter)
+            return AcquireResult(True, token, 1, lease=request.ttl)
         if waits:
-            entry.queue[owner] = request
+            entry.queue[owner] = waiter
         else:
             entry.queue.pop(owner, None)
         ends = [h.ends for h in entry.holders.values()]
@@ -254,32 +239,8 @@ class LocMemBackend(BaseLockBackend):
     # The asyncio twins: every primitive but waiting is a short critical section, run
     # directly; waiting is a future that a handoff resolves through the waiter's own loop.
 
-    async def aacquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
-        return self.acquire(
-            name,
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
+    async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
+        return self.acquire(name, owner, request)
 
     async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
         return self.release(name, owner, holds)

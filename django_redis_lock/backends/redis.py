@@ -1,12 +1,11 @@
 """Locks on one Redis server: standalone, the primary a URL points at, or the one Sentinel names.
 
 Every primitive is one Lua script run with ``EVALSHA`` (loaded again on ``NOSCRIPT``), so each
-is atomic and costs one round trip. See ``lua/`` for the key layout.
+is atomic and costs one round trip. See ``_redis/lua/`` for the key layout.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -18,9 +17,21 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from ..exceptions import BackendUnavailableError, InvalidLockBackendError, LockError
-from ._loops import PerLoop
-from ._redis_keyspace import RedisKeyspace
+from ..exceptions import InvalidLockBackendError, LockError
+from ._redis.keys import RedisKeyspace
+from ._redis.loops import PerLoop
+from ._redis.protocol import (
+    acquire_args,
+    acquired,
+    count,
+    extend_args,
+    granted,
+    ms,
+    release_args,
+    seconds,
+)
+from ._redis.replicas import replicated, unreplicated
+from ._redis.scripts import Scripts
 from ._redis_options import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
@@ -34,13 +45,7 @@ from ._redis_options import (
     url_problem,
     url_scheme,
 )
-from ._scripts import SCRIPT_NAMES, source
-from .base import (
-    AcquireResult,
-    BaseLockBackend,
-    Grant,
-    option_seconds,
-)
+from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, option_seconds
 
 __all__ = ["RedisBackend", "redact_url"]
 
@@ -49,12 +54,6 @@ logger = logging.getLogger("django_redis_lock")
 
 #: What an acquire hands back: a result, or a grant to a waiter.
 _Won = TypeVar("_Won", AcquireResult, Grant)
-
-#: The acquire script's flags argument, by (fair, claim).
-_FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
-
-#: The acquire script's "holds known" argument when the backend counts reentrant acquires.
-_COUNT_HERE = b""
 
 
 class RedisBackend(RedisKeyspace):
@@ -103,6 +102,10 @@ class RedisBackend(RedisKeyspace):
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
         self.wait_replicas_timeout = option_seconds("wait_replicas_timeout", wait_replicas_timeout)
+        self._wait_args = (
+            wait_replicas,
+            ms(self.wait_replicas_timeout),
+        )  # WAIT's arguments
         if url_scheme(url) not in self.url_schemes:
             schemes = ", ".join(f"{scheme}://" for scheme in sorted(self.url_schemes))
             shown = redact_url(url if isinstance(url, str) else repr(url))
@@ -118,8 +121,7 @@ class RedisBackend(RedisKeyspace):
             )
         self.url = url
         self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
-        self._fencing_arg = str(_ms(self.fencing_ttl)).encode()  # encoded once, sent often
-        self._loaded: set[str] = set()
+        self._fencing_arg = str(ms(self.fencing_ttl)).encode()  # encoded once, sent often
         timeout = option_seconds("socket_timeout", socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
@@ -144,11 +146,7 @@ class RedisBackend(RedisKeyspace):
                 f"url {redact_url(url)!r} could not be used: {secret_safe(url, exc)}"
             ) from None
         self._async_clients = PerLoop(self._new_async_client, _close_async_client)
-        # SHA1 of each script: EVALSHA sends the digest, and a NOSCRIPT reply loads it once.
-        self._scripts: dict[str, tuple[str, str]] = {
-            name: (hashlib.sha1(source(name).encode()).hexdigest(), source(name))  # noqa: S324
-            for name in SCRIPT_NAMES
-        }
+        self._scripts = Scripts()
 
     @classmethod
     def option_problems(cls, options: dict[str, Any]) -> list[str]:
@@ -188,183 +186,115 @@ class RedisBackend(RedisKeyspace):
     def _run(self, script: str, name: str, args: list[Any]) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
         # holders key is passed; the scripts derive the lock's other keys from it.
-        sha, text = self._scripts[script]
-        key = self.key(name)
-        command: Callable[..., Any] = self.client.execute_command
         try:
-            try:
-                return command("EVALSHA", sha, 1, key, *args)
-            except NoScriptError:
-                return command("EVAL", text, 1, key, *args)
+            return self._scripts.run(self.client.execute_command, script, self.key(name), args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
     async def _arun(self, script: str, name: str, args: list[Any]) -> Any:
         # _run() on the running event loop's own client.
-        sha, text = self._scripts[script]
-        key = self.key(name)
-        command: Callable[..., Any] = (await self._async_clients.get()).execute_command
+        command = (await self._async_clients.get()).execute_command
         try:
-            try:
-                return await command("EVALSHA", sha, 1, key, *args)
-            except NoScriptError:
-                return await command("EVAL", text, 1, key, *args)
+            return await self._scripts.arun(command, script, self.key(name), args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
-    def _acquire_args(
-        self,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int,
-        metadata: str | bytes,
-        fair: bool,
-        wait: float,
-        claim: bool,
-        holds: int | None,
-        attempt: str,
-    ) -> list[Any]:
-        wait_ms = _ms(wait) if wait > 0 else 0
-        known = _COUNT_HERE if holds is None else holds
-        flags = _FLAGS[fair, claim]
-        return [
-            owner,
-            _ms(ttl),
-            limit,
-            metadata,
-            self._fencing_arg,
-            wait_ms,
-            flags,
-            known,
-            attempt,
-        ]
-
     # Primitives ------------------------------------------------------------------------------
 
-    def acquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
-        args = self._acquire_args(
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
-        )
+    def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
+        args = acquire_args(owner, request, self._fencing_arg)
         if self.wait_replicas:
-            sha = self._scripts["acquire"][0]
+            sha = self._scripts.sha["acquire"]
             reply, acks = self._replicated(name, "EVALSHA", sha, 1, self.key(name), *args)
-            return self._durable(name, owner, _acquired(reply), acks)
-        return _acquired(self._run("acquire", name, args))
+            return self._durable(name, owner, acquired(reply), acks)
+        return acquired(self._run("acquire", name, args))
 
     def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        return _count(self._run("release", name, self._release_args(owner, holds)))
-
-    def _release_args(self, owner: str, holds: int | None) -> list[Any]:
-        return [owner, self._fencing_arg, _COUNT_HERE if holds is None else holds]
+        return count(self._run("release", name, release_args(owner, holds, self._fencing_arg)))
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
-        return _seconds(self._run("extend", name, [owner, _ms(ttl), "1" if replace else "0"]))
+        return seconds(self._run("extend", name, extend_args(owner, ttl, replace)))
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
-        return _seconds(self._run("ttl", name, [owner or ""]))
+        return seconds(self._run("ttl", name, [owner or ""]))
 
     def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
         # BLPOP on the owner's own wake-up list: a release that hands the lock over pushes
         # to it, so this returns within a round trip of the release, holding the lock.
-        seconds = min(timeout, self.max_wait)
-        if seconds < 0.001:
+        window = min(timeout, self.max_wait)
+        if window < 0.001:
             return None
         key = self.key(name, f"s:{owner}")
         if self.wait_replicas:
-            reply, acks = self._replicated(name, "BLPOP", key, f"{seconds:.3f}")
-            grant = _granted(reply)
+            reply, acks = self._replicated(name, "BLPOP", key, f"{window:.3f}")
+            grant = granted(reply)
             return grant if grant is None else self._durable(name, owner, grant, acks)
         command: Callable[..., Any] = self.client.execute_command
-        try:
-            reply = command("BLPOP", key, f"{seconds:.3f}")
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, name) from exc
-        return _granted(reply)
+        with self._errors(name):
+            return granted(command("BLPOP", key, f"{window:.3f}"))
 
     def wait_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
         # BLPOP and the claim in one pipeline: the server runs the claim the moment the wait
         # ends, and the waiter wakes once, to both replies.
-        seconds = min(timeout, self.max_wait)
-        if self.wait_replicas or seconds < 0.001:
-            return super().wait_and_claim(name, owner, timeout, **request)
-        args = self._acquire_args(owner, claim=True, **request)
-        self._load("acquire")
-        pipe = self.client.pipeline(transaction=False)
-        queue: Callable[..., Any] = pipe.execute_command
-        queue("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
-        queue("EVALSHA", self._scripts["acquire"][0], 1, self.key(name), *args)
+        window = min(timeout, self.max_wait)
+        if self.wait_replicas or window < 0.001:
+            return super().wait_and_claim(name, owner, timeout, request)
+        args = acquire_args(owner, request, self._fencing_arg)
+        with self._errors(name):
+            self._scripts.load(self.client, "acquire")
+        pipe = self._claim_after_wait(
+            self.client.pipeline(transaction=False), name, owner, window, args
+        )
         try:
             replies = pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
-        if isinstance(replies[1], NoScriptError):  # the server lost its scripts (a restart)
-            self._loaded.discard("acquire")
-            return _acquired(self._run("acquire", name, args))
-        if isinstance(replies[1], redis.RedisError):
-            raise self._unavailable(replies[1], name) from replies[1]
-        return _acquired(replies[1])
+        result = self._claimed(name, replies[1])
+        return acquired(self._run("acquire", name, args)) if result is None else result
 
     async def await_and_claim(
-        self, name: str, owner: str, timeout: float, **request: Any
+        self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
-        seconds = min(timeout, self.max_wait)
-        if self.wait_replicas or seconds < 0.001:
-            return await super().await_and_claim(name, owner, timeout, **request)
-        args = self._acquire_args(owner, claim=True, **request)
-        pipe = (await self._async_clients.get()).pipeline(transaction=False)
-        queue: Callable[..., Any] = pipe.execute_command
-        queue("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
-        queue("EVALSHA", self._scripts["acquire"][0], 1, self.key(name), *args)
+        window = min(timeout, self.max_wait)
+        if self.wait_replicas or window < 0.001:
+            return await super().await_and_claim(name, owner, timeout, request)
+        args = acquire_args(owner, request, self._fencing_arg)
+        client = await self._async_clients.get()
+        pipe = self._claim_after_wait(
+            client.pipeline(transaction=False), name, owner, window, args
+        )
         try:
             replies = await pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
-        if isinstance(replies[1], NoScriptError):  # claimed again, loading the script
-            return _acquired(await self._arun("acquire", name, args))
-        if isinstance(replies[1], redis.RedisError):
-            raise self._unavailable(replies[1], name) from replies[1]
-        return _acquired(replies[1])
+        result = self._claimed(name, replies[1])
+        return acquired(await self._arun("acquire", name, args)) if result is None else result
+
+    def _claim_after_wait(
+        self, pipe: Any, name: str, owner: str, window: float, args: list[Any]
+    ) -> Any:
+        # BLPOP, then the claim: queued in ``pipe``, which is returned.
+        queue: Callable[..., Any] = pipe.execute_command
+        queue("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}")
+        queue("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args)
+        return pipe
+
+    def _claimed(self, name: str, reply: Any) -> AcquireResult | None:
+        """Return the claim's reply in a pipeline; None if the server lost the script."""
+        if isinstance(reply, NoScriptError):  # the server lost its scripts (a restart)
+            self._scripts.lost("acquire")
+            return None
+        if isinstance(reply, redis.RedisError):
+            raise self._unavailable(reply, name) from reply
+        return acquired(reply)
 
     # wait_replicas: each acquire, then WAIT, on one connection -----------------------------
 
     def _replicated(self, name: str, *command: Any) -> tuple[Any, int]:
-        # In one pipeline, so WAIT runs on the connection that wrote the lock.
-        self._load("acquire")
-        pipe = self.client.pipeline(transaction=False)
-        queue: Callable[..., Any] = pipe.execute_command
-        queue(*command)
-        queue("WAIT", self.wait_replicas, _ms(self.wait_replicas_timeout))
-        try:
-            reply, acks = pipe.execute()
-        except redis.RedisError as exc:
-            if isinstance(exc, NoScriptError):
-                self._loaded.discard("acquire")  # the server lost its scripts (a restart)
-            raise self._unavailable(exc, name) from exc
-        return reply, int(acks)
+        with self._errors(name):
+            return replicated(self.client, self._scripts, self._wait_args, *command)
 
     def _durable(self, name: str, owner: str, result: _Won, acks: int) -> _Won:
         """Return ``result`` if enough replicas have it; else undo the acquire and raise."""
@@ -372,92 +302,43 @@ class RedisBackend(RedisKeyspace):
             return result
         holds = result.holds if isinstance(result, AcquireResult) else 1
         self.withdraw(name, owner, holds - 1)
-        raise self._not_replicated(name, acks)
-
-    def _not_replicated(self, name: str, acks: int) -> BackendUnavailableError:
-        return BackendUnavailableError(
-            f"Lock {name!r} was acquired, but only {acks} of the {self.wait_replicas} replicas "
-            f"required (wait_replicas) acknowledged it within {self.wait_replicas_timeout}s: "
-            "the acquire was undone.",
-            lock_name=name,
-        )
-
-    def _load(self, script: str) -> None:
-        # Pipelines need their scripts loaded first: NOSCRIPT would fail the whole pipeline.
-        if script not in self._loaded:
-            with self._errors(None):
-                self.client.script_load(self._scripts[script][1])
-            self._loaded.add(script)
+        raise unreplicated(name, acks, self.wait_replicas, self.wait_replicas_timeout)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
 
     # The same primitives on the running event loop's asyncio client -------------------------
 
-    async def aacquire(
-        self,
-        name: str,
-        owner: str,
-        *,
-        ttl: float,
-        limit: int = 1,
-        metadata: str | bytes,
-        fair: bool = False,
-        wait: float = 0.0,
-        claim: bool = False,
-        holds: int | None = None,
-        attempt: str = "",
-    ) -> AcquireResult:
+    async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
-            return await super().aacquire(
-                name,
-                owner,
-                ttl=ttl,
-                limit=limit,
-                metadata=metadata,
-                fair=fair,
-                wait=wait,
-                claim=claim,
-                holds=holds,
-                attempt=attempt,
-            )
-        args = self._acquire_args(
-            owner,
-            ttl=ttl,
-            limit=limit,
-            metadata=metadata,
-            fair=fair,
-            wait=wait,
-            claim=claim,
-            holds=holds,
-            attempt=attempt,
+            return await super().aacquire(name, owner, request)
+        return acquired(
+            await self._arun("acquire", name, acquire_args(owner, request, self._fencing_arg))
         )
-        return _acquired(await self._arun("acquire", name, args))
 
     async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        return _count(await self._arun("release", name, self._release_args(owner, holds)))
+        return count(
+            await self._arun("release", name, release_args(owner, holds, self._fencing_arg))
+        )
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False
     ) -> float | None:
-        args = [owner, _ms(ttl), "1" if replace else "0"]
-        return _seconds(await self._arun("extend", name, args))
+        return seconds(await self._arun("extend", name, extend_args(owner, ttl, replace)))
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:
-        return _seconds(await self._arun("ttl", name, [owner or ""]))
+        return seconds(await self._arun("ttl", name, [owner or ""]))
 
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
-        seconds = min(timeout, self.max_wait)
-        if seconds < 0.001:
+        window = min(timeout, self.max_wait)
+        if window < 0.001:
             return None
         if self.wait_replicas:
             return await super().await_grant(name, owner, timeout)
+        key = self.key(name, f"s:{owner}")
         command: Callable[..., Any] = (await self._async_clients.get()).execute_command
-        try:
-            reply = await command("BLPOP", self.key(name, f"s:{owner}"), f"{seconds:.3f}")
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, name) from exc
-        return _granted(reply)
+        with self._errors(name):
+            return granted(await command("BLPOP", key, f"{window:.3f}"))
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
@@ -471,9 +352,9 @@ class RedisBackend(RedisKeyspace):
         # Every lease in one pipeline: one round trip, however many locks are held.
         if not leases:
             return []
-        self._load("extend")
         with self._errors(None):
-            return [_seconds(reply) for reply in self._renew_on(self.client, leases)]
+            self._scripts.load(self.client, "extend")
+            return [seconds(reply) for reply in self._renew_on(self.client, leases)]
 
     def _renew_on(
         self,
@@ -485,17 +366,8 @@ class RedisBackend(RedisKeyspace):
 
         Errors of the ``keep`` types stand in the list instead, in the place of their lease.
         """
-        sha, text = self._scripts["extend"]
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            queue: Callable[..., Any] = pipe.execute_command
-            for name, owner, ttl in leases:
-                queue("EVALSHA", sha, 1, self.key(name), owner, _ms(ttl), "1")
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                client.script_load(text)  # the server lost its scripts (a restart)
-                continue
-            break
+        calls = [(self.key(name), extend_args(owner, ttl, True)) for name, owner, ttl in leases]
+        replies = self._scripts.run_many(client, "extend", calls)
         for reply in replies:
             if isinstance(reply, redis.RedisError) and not isinstance(reply, keep):
                 raise reply
@@ -512,40 +384,6 @@ class RedisBackend(RedisKeyspace):
         self.client.connection_pool.disconnect()
         for sentinel in _sentinels_of(self.client):
             sentinel.connection_pool.disconnect()
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
-
-
-def _acquired(reply: list[Any]) -> AcquireResult:
-    # The acquire script's reply: {1, fence, holds, lease ms}, {0, ms until a lease ends}, or
-    # {-1} for a known hold whose lease ended.
-    if reply[0] == -1:
-        return AcquireResult(False, lost=True)
-    if reply[0] == 1:
-        return AcquireResult(
-            True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000
-        )
-    return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
-
-
-def _count(reply: Any) -> int | None:
-    holds = int(reply)
-    return None if holds < 0 else holds
-
-
-def _seconds(reply: Any) -> float | None:
-    ms = int(reply)
-    return None if ms < 0 else ms / 1000
-
-
-def _granted(reply: list[bytes] | None) -> Grant | None:
-    # A BLPOP reply: None on timeout, else (key, b"<fencing token> <lease ms>").
-    if not reply:
-        return None
-    fence, lease_ms = reply[1].split()
-    return Grant(int(fence), int(lease_ms) / 1000)
 
 
 async def _close_async_client(client: redis.asyncio.Redis) -> None:

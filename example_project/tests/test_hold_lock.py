@@ -12,7 +12,7 @@ from django.test import override_settings
 from shop.management.commands.hold_lock import Command
 
 from django_redis_lock import locks
-from django_redis_lock.backends.base import holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.testing import locmem_locks
 from tests.helpers import eventually
 
@@ -65,7 +65,9 @@ def test_hold_lock__notices_a_force_release() -> None:
 
 def test_hold_lock__refuses_a_held_lock() -> None:
     metadata = holder_metadata(host="web-1", pid=7, thread="MainThread")
-    locks["default"].acquire("reports:nightly", "someone", ttl=30, metadata=metadata)
+    locks["default"].acquire(
+        "reports:nightly", "someone", AcquireRequest(ttl=30, metadata=metadata)
+    )
     with pytest.raises(
         CommandError, match=r"^reports:nightly is held already, by web-1, pid 7\.$"
     ):

@@ -13,8 +13,8 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
-from ..exceptions import BackendUnavailableError
-from .base import BaseLockBackend, LockInfo, glob_escape, page_cursor
+from ...exceptions import BackendUnavailableError
+from ..base import BaseLockBackend, LockInfo, glob_escape, page_cursor
 
 __all__ = ["RedisKeyspace"]
 

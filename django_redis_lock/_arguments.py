@@ -1,0 +1,158 @@
+"""What a lock handle was asked for: its arguments, checked once, and what they mean per call.
+
+:class:`LockArguments` is the base of :class:`~django_redis_lock._handle.LockHandle`: the
+lease a call takes, the blocking and timeout an ``acquire()`` or a ``with`` block means, and
+the holder details recorded with each hold.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._validation import (
+    validate_flag,
+    validate_limit,
+    validate_metadata,
+    validate_name,
+    validate_on_lost,
+    validate_optional_flag,
+    validate_owner,
+    validate_timeout,
+    validate_ttl,
+)
+from .backends.base import BaseLockBackend, holder_metadata
+from .conf import DEFAULT_ALIAS
+from .exceptions import InvalidLockArgumentError, LockNotAcquiredError
+from .handler import locks
+
+if TYPE_CHECKING:
+    from .holds import Hold
+
+__all__ = ["LockArguments"]
+
+_HOST = socket.gethostname()
+
+#: The most holder details kept serialised per handle (thread and task names come and go).
+_HOLDER_CACHE = 256
+
+
+class LockArguments:
+    """The arguments of a lock handle, checked; subclasses say who the calling owner is."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        using: str = DEFAULT_ALIAS,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 1,
+        fair: bool = False,
+        auto_renew: bool | None = None,
+        max_hold: float | None = None,
+        on_lost: Callable[[Any], object] | None = None,
+        raise_on_lost: bool = True,
+        owner: str | None = None,
+    ) -> None:
+        self.name = validate_name(name)
+        self._ttl = None if ttl is None else validate_ttl(ttl, lock_name=name)
+        self.blocking = validate_flag(blocking, argument="blocking", lock_name=name)
+        self.timeout = validate_timeout(timeout, lock_name=name)
+        if not blocking and timeout is not None:
+            raise InvalidLockArgumentError(
+                f"timeout cannot be given to a non-blocking lock (got {timeout!r}).",
+                lock_name=name,
+            )
+        self.using = using
+        self.metadata = validate_metadata(metadata, lock_name=name)
+        self.limit = validate_limit(limit, lock_name=name)
+        self.fair = validate_flag(fair, argument="fair", lock_name=name)
+        self.auto_renew = validate_optional_flag(auto_renew, argument="auto_renew", lock_name=name)
+        self.max_hold = (
+            None
+            if max_hold is None
+            else validate_ttl(max_hold, argument="max_hold", lock_name=name)
+        )
+        self.on_lost = validate_on_lost(on_lost, lock_name=name)
+        self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost", lock_name=name)
+        self.owner = validate_owner(owner, lock_name=name)
+        self._holder_cache: dict[tuple[str, int], bytes] = {}
+        # The holds this handle found lost, by owner, so ``lost`` still answers after release.
+        self._lost: dict[str, Hold] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} using={self.using!r}>"
+
+    def _owner_token(self) -> str:
+        """Return the token of the calling owner (a thread, or an asyncio task)."""
+        raise NotImplementedError("subclasses of LockHandle must provide an _owner_token() method")
+
+    def _where(self) -> str:
+        """Return what runs the caller, as shown in listings (a thread's name, say)."""
+        raise NotImplementedError("subclasses of LockHandle must provide a _where() method")
+
+    @property
+    def backend(self) -> BaseLockBackend:
+        """Return the backend of this lock's alias (built on first use)."""
+        return locks[self.using]
+
+    @property
+    def lease(self) -> float:
+        """Return the lease in seconds that each acquire takes."""
+        return self._lease_on(self.backend)
+
+    def _lease_on(self, backend: BaseLockBackend) -> float:
+        """Return the lease each acquire takes on ``backend`` (its ``ttl`` option by default)."""
+        return backend.default_ttl if self._ttl is None else self._ttl
+
+    def _acquire_arguments(
+        self, blocking: bool | None, timeout: float | None
+    ) -> tuple[bool, float | None, bool]:
+        """Return the (blocking, timeout, renew) that an ``acquire(blocking, timeout)`` means.
+
+        ``acquire()`` renews the lease only with ``auto_renew=True``.
+        """
+        renew = self.auto_renew is True
+        if blocking is None:
+            blocking = self.blocking
+        if timeout is None:
+            return blocking, self.timeout if blocking else None, renew
+        if not blocking:
+            raise InvalidLockArgumentError(
+                f"timeout cannot be given to a non-blocking acquire (got {timeout!r}).",
+                lock_name=self.name,
+            )
+        return blocking, validate_timeout(timeout, lock_name=self.name), renew
+
+    def _block_arguments(self) -> tuple[bool, float | None, bool]:
+        """Return the (blocking, timeout, renew) of entering a ``with`` block.
+
+        A block renews the lease unless ``auto_renew=False``: it cannot know how long it runs.
+        """
+        return self.blocking, self.timeout if self.blocking else None, self.auto_renew is not False
+
+    def _not_acquired(self) -> LockNotAcquiredError:
+        """Return the error of a ``with`` block (or decorator) that could not acquire."""
+        wait = "at once" if not self.blocking else f"within {self.timeout}s"
+        return LockNotAcquiredError(
+            f"Could not acquire lock {self.name!r} {wait}: another owner holds it.",
+            lock_name=self.name,
+        )
+
+    def _holder_json(self) -> bytes:
+        """Return the holder details recorded with a hold of the caller (see holder_metadata)."""
+        # Serialised once per thread or task name, and again in a forked child (its pid differs).
+        key = (self._where(), os.getpid())
+        cached = self._holder_cache.get(key)
+        if cached is None:
+            if len(self._holder_cache) >= _HOLDER_CACHE:
+                self._holder_cache.clear()
+            cached = self._holder_cache[key] = holder_metadata(
+                host=_HOST, pid=key[1], thread=key[0], data=self.metadata
+            )
+        return cached

@@ -1,0 +1,96 @@
+"""What the Lua scripts take and answer: their arguments, and their replies as typed values.
+
+Durations cross as whole milliseconds; each script's ``ARGV`` and reply are in its header
+(``lua/*.lua``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base import AcquireRequest, AcquireResult, Grant
+
+__all__ = [
+    "acquire_args",
+    "acquired",
+    "count",
+    "extend_args",
+    "granted",
+    "ms",
+    "release_args",
+    "seconds",
+]
+
+#: The acquire script's flags argument, by (fair, claim).
+_FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True, True): b"fc"}
+
+#: The acquire script's "holds known" argument when the backend counts reentrant acquires.
+COUNT_HERE = b""
+
+
+def ms(seconds: float) -> int:
+    """Return ``seconds`` as whole milliseconds, at least 1."""
+    return max(1, round(seconds * 1000))
+
+
+def acquire_args(owner: str, request: AcquireRequest, fencing_arg: bytes) -> list[Any]:
+    """Return the acquire script's ARGV for ``request``."""
+    return [
+        owner,
+        ms(request.ttl),
+        request.limit,
+        request.metadata,
+        fencing_arg,
+        ms(request.wait) if request.wait > 0 else 0,
+        _FLAGS[request.fair, request.claim],
+        COUNT_HERE if request.holds is None else request.holds,
+        request.attempt,
+    ]
+
+
+def release_args(owner: str, holds: int | None, fencing_arg: bytes) -> list[Any]:
+    """Return the release script's ARGV."""
+    return [owner, fencing_arg, COUNT_HERE if holds is None else holds]
+
+
+def extend_args(owner: str, ttl: float, replace: bool) -> list[Any]:
+    """Return the extend script's ARGV."""
+    return [owner, ms(ttl), "1" if replace else "0"]
+
+
+def acquired(reply: list[Any]) -> AcquireResult:
+    """Return the acquire script's reply as an AcquireResult.
+
+    The reply is ``{1, fence, holds, lease ms}``, ``{0, ms until a lease ends}``, or ``{-1}``
+    for a known hold whose lease ended.
+    """
+    if reply[0] == -1:
+        return AcquireResult(False, lost=True)
+    if reply[0] == 1:
+        return AcquireResult(
+            True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000
+        )
+    return AcquireResult(False, retry_after=max(int(reply[1]), 0) / 1000)
+
+
+def count(reply: Any) -> int | None:
+    """Return a hold count reply (negative: the owner held nothing) as a count or None."""
+    holds = int(reply)
+    return None if holds < 0 else holds
+
+
+def seconds(reply: Any) -> float | None:
+    """Return a lease reply in ms (negative: no lease) as seconds or None."""
+    left = int(reply)
+    return None if left < 0 else left / 1000
+
+
+def granted(reply: list[bytes] | None) -> Grant | None:
+    """Return a BLPOP reply on a wake-up list as the Grant it carries (None on timeout).
+
+    The reply is ``(key, b"<fencing token> <lease ms>")``.
+    """
+    if not reply:
+        return None
+    fence, lease_ms = reply[1].split()
+    return Grant(int(fence), int(lease_ms) / 1000)

@@ -1,0 +1,92 @@
+"""The Lua scripts in ``lua/``, loaded: each one is the shared prelude, then the script, with
+the slow-path helpers inserted where the script says ``--! helpers`` (after its fast path has
+returned, so a free lock does not pay for defining them)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from functools import cache
+from importlib.resources import files
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+__all__ = ["SCRIPT_NAMES", "Scripts", "source"]
+
+SCRIPT_NAMES = ("acquire", "release", "extend", "ttl", "force_release", "withdraw")
+
+HELPERS_MARKER = "--! helpers"
+
+
+@cache
+def source(name: str) -> str:
+    """Return the full source of script ``name``: prelude, script, helpers where marked."""
+    lua = files(__package__).joinpath("lua")
+    prelude = lua.joinpath("_prelude.lua").read_text("utf-8")
+    helpers = lua.joinpath("_helpers.lua").read_text("utf-8")
+    script = lua.joinpath(f"{name}.lua").read_text("utf-8")
+    return f"{prelude}\n{script.replace(HELPERS_MARKER, helpers)}"
+
+
+class Scripts:
+    """The scripts as one backend sends them: by SHA1 (``EVALSHA``), loaded when needed."""
+
+    def __init__(self) -> None:
+        #: The SHA1 of each script, by name: EVALSHA sends the digest, not the source.
+        self.sha = {
+            name: hashlib.sha1(source(name).encode()).hexdigest()  # noqa: S324
+            for name in SCRIPT_NAMES
+        }
+        self._loaded: set[str] = set()
+
+    def load(self, client: Any, name: str) -> None:
+        """Load script ``name`` on ``client``'s server unless done already.
+
+        Pipelines need their scripts loaded first: NOSCRIPT would fail the whole pipeline.
+        """
+        if name not in self._loaded:
+            client.script_load(source(name))
+            self._loaded.add(name)
+
+    def lost(self, name: str) -> None:
+        """Note that the server lost script ``name`` (it restarted): load it again when needed."""
+        self._loaded.discard(name)
+
+    def run(self, command: Callable[..., Any], name: str, key: str, args: Sequence[Any]) -> Any:
+        """Run script ``name`` on ``key`` through ``command`` (a client's execute_command).
+
+        EVALSHA first; a server that lost its scripts (a restart) is sent the source.
+        """
+        try:
+            return command("EVALSHA", self.sha[name], 1, key, *args)
+        except NoScriptError:
+            return command("EVAL", source(name), 1, key, *args)
+
+    async def arun(
+        self, command: Callable[..., Any], name: str, key: str, args: Sequence[Any]
+    ) -> Any:
+        """Do what :meth:`run` does, through an asyncio client's ``command``."""
+        try:
+            return await command("EVALSHA", self.sha[name], 1, key, *args)
+        except NoScriptError:
+            return await command("EVAL", source(name), 1, key, *args)
+
+    def run_many(
+        self, client: Any, name: str, calls: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[Any]:
+        """Run script ``name`` once per ``(key, args)``, in one pipeline on ``client``.
+
+        Return the replies in order, an error in the place of a call that failed.
+        """
+        for attempt in range(2):
+            pipe = client.pipeline(transaction=False)
+            queue: Callable[..., Any] = pipe.execute_command
+            for key, args in calls:
+                queue("EVALSHA", self.sha[name], 1, key, *args)
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                client.script_load(source(name))  # the server lost its scripts (a restart)
+                continue
+            break
+        return replies
