@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends.base import BaseLockBackend, LockInfo, glob_escape
 from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
+from ...listing import duration, task_id
 from ..arguments import LocksParser, lock_name, seconds, whole_number
 from ..listing import (
     JSON_FORMAT,
@@ -31,14 +32,12 @@ from ..listing import (
     TableWriter,
     Writer,
     details,
-    duration,
     location,
     one_line,
     plural,
     scan,
     shown,
     summary,
-    task_id,
 )
 
 audit_logger = logging.getLogger("django_redis_lock.audit")
@@ -84,8 +83,8 @@ class Command(BaseCommand):
             help="List held locks as a table, or as JSON (the default subcommand).",
             description=_paragraph(
                 "List every holder of every held lock, in SCAN order: alias, name, owner "
-                "(Celery task id, else host/pid/thread), holds, lease left, time held, fencing "
-                "token and a short metadata summary. Names with control characters, a "
+                "(the Celery task, else host, pid and thread), holds, lease left, time held, "
+                "fencing token and a short metadata summary. Names with control characters, a "
                 "backslash or surrounding spaces are shown quoted, as Python literals; --json "
                 "gives every name exactly. `locks` alone, or followed by these options, runs "
                 "`locks list`."
