@@ -1,7 +1,10 @@
 """One presentation of a lock holder, for every place that shows one to people.
 
-The admin page and ``manage.py locks`` describe holders through this module: a duration in
-one format, who holds the lock, a one-line summary of its metadata, the Celery task id.
+The admin page, ``manage.py locks``, a locked view's conflict answer and ``@single_instance``'s
+conflict messages all describe holders through this module: a duration in one format, who
+holds the lock, a one-line summary of its metadata, the Celery task id, and the seconds until
+a lease ends. What a Celery run records about itself is defined here too (:class:`TaskRecord`),
+so the writer and the readers of that metadata agree on its keys.
 
 Text is returned as the holder wrote it: each output escapes it for its medium (HTML by the
 templates, terminals by ``management/listing.py``).
@@ -9,17 +12,43 @@ templates, terminals by ``management/listing.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from .backends.base import LockInfo
 
 __all__ = [
+    "TaskRecord",
     "describe_holder",
     "duration",
     "metadata_summary",
+    "retry_after",
     "shorten",
     "task_id",
 ]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What a ``@single_instance`` run records in its lock's metadata, keyed by these fields.
+
+    ``args`` is the task's arguments as ``name=value`` pairs; ``started_at`` is ISO 8601 (UTC).
+    """
+
+    task_id: str | None
+    task_name: str
+    hostname: str | None
+    worker_pid: int
+    args: str
+    started_at: str
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Return the record as the metadata of the run's lock."""
+        return dataclasses.asdict(self)
 
 
 #: The keys :func:`describe_holder` shows of a task holder, left out of its summary.
@@ -92,3 +121,8 @@ def metadata_summary(info: LockInfo) -> str:
 def shorten(text: str, width: int) -> str:
     """Return ``text``, cut to ``width`` characters with an ellipsis if it is longer."""
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def retry_after(holders: Iterable[LockInfo]) -> int:
+    """Return the seconds until the first holder's lease ends, rounded up (at least 1)."""
+    return max(1, math.ceil(min((h.ttl for h in holders), default=1.0)))

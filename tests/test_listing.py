@@ -1,4 +1,4 @@
-"""The one presentation of a holder: durations, descriptions, metadata summaries."""
+"""The one presentation of a holder: durations, descriptions, metadata summaries, Retry-After."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import pytest
 
 from django_redis_lock.backends.base import LockInfo, holder_metadata
 from django_redis_lock.listing import (
+    TaskRecord,
     describe_holder,
     duration,
     metadata_summary,
+    retry_after,
     shorten,
     task_id,
 )
@@ -85,22 +87,42 @@ def test_task_id__only_a_non_empty_string_is_one() -> None:
 
 def test_metadata_summary__sorted_pairs_without_what_the_description_shows() -> None:
     plain = with_data({"b": "two", "a": [1, 2], "task_id": 3})
-    record = {
-        "task_id": "i",
-        "task_name": "t",
-        "hostname": "celery@w",
-        "worker_pid": 9,
-        "args": "customer_id=42",
-        "started_at": "2026-01-31T09:30:00+00:00",
-    }
+    record = TaskRecord(
+        task_id="i",
+        task_name="t",
+        hostname="celery@w",
+        worker_pid=9,
+        args="customer_id=42",
+        started_at="2026-01-31T09:30:00+00:00",
+    )
 
     assert metadata_summary(plain) == "a=[1, 2], b=two, task_id=3"
-    assert metadata_summary(with_data(record)) == (
+    assert metadata_summary(with_data(record.as_metadata())) == (
         "args=customer_id=42, started_at=2026-01-31T09:30:00+00:00"
     )
     assert metadata_summary(info()) == ""
 
 
+def test_task_record__keys_in_the_order_celery_records_them() -> None:
+    record = TaskRecord(
+        task_id=None, task_name="t", hostname=None, worker_pid=1, args="", started_at="now"
+    )
+    assert list(record.as_metadata()) == [
+        "task_id",
+        "task_name",
+        "hostname",
+        "worker_pid",
+        "args",
+        "started_at",
+    ]
+
+
 def test_shorten() -> None:
     assert shorten("abcd", 4) == "abcd"
     assert shorten("abcde", 4) == "abc…"
+
+
+def test_retry_after__the_first_lease_to_end_rounded_up_and_at_least_one() -> None:
+    assert retry_after([info(ttl=6.2), info(ttl=3.1)]) == 4
+    assert retry_after([info(ttl=0.2)]) == 1
+    assert retry_after([]) == 1
