@@ -6,7 +6,6 @@ holder as the templates show it, described by :mod:`django_redis_lock.listing`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from .backends.base import LockInfo, glob_escape
-from .listing import describe_holder, duration, metadata_summary, shorten
+from .listing import describe_holder, duration, metadata_json, metadata_summary, shorten
 
 __all__ = [
     "FILTER_PARAMS",
@@ -74,9 +73,7 @@ class LockRow:
     @property
     def metadata_json(self) -> str:
         """Return the holder's metadata as one line of JSON ("" when it has none)."""
-        if not self.info.metadata:
-            return ""
-        return json.dumps(self.info.metadata, ensure_ascii=False, sort_keys=True, default=str)
+        return metadata_json(self.info) if self.info.metadata else ""
 
     @property
     def metadata_short(self) -> str:
@@ -86,8 +83,7 @@ class LockRow:
     @property
     def metadata_pretty(self) -> str:
         """Return the metadata indented, for the confirmation page."""
-        meta = self.info.metadata
-        return json.dumps(meta, ensure_ascii=False, sort_keys=True, indent=2, default=str)
+        return metadata_json(self.info, indent=2)
 
 
 @dataclass

@@ -25,6 +25,7 @@ __all__ = [
     "TaskRecord",
     "describe_holder",
     "duration",
+    "metadata_json",
     "metadata_summary",
     "retry_after",
     "shorten",
@@ -103,6 +104,13 @@ def describe_holder(info: LockInfo) -> str:
     if info.thread:
         where.append(f"thread {info.thread}")
     return ", ".join(where) or "unknown"
+
+
+def metadata_json(info: LockInfo, *, indent: int | None = None) -> str:
+    """Return the metadata in full as JSON, keys sorted: one line, or indented by ``indent``."""
+    return json.dumps(
+        info.metadata, ensure_ascii=False, sort_keys=True, indent=indent, default=str
+    )
 
 
 def metadata_summary(info: LockInfo) -> str:

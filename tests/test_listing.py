@@ -11,6 +11,7 @@ from django_redis_lock.listing import (
     TaskRecord,
     describe_holder,
     duration,
+    metadata_json,
     metadata_summary,
     retry_after,
     shorten,
@@ -115,6 +116,14 @@ def test_task_record__keys_in_the_order_celery_records_them() -> None:
         "args",
         "started_at",
     ]
+
+
+def test_metadata_json__sorted_keys_unicode_kept() -> None:
+    holder = with_data({"b": "ключ", "a": 1})
+
+    assert metadata_json(holder) == '{"a": 1, "b": "ключ"}'
+    assert metadata_json(holder, indent=2) == '{\n  "a": 1,\n  "b": "ключ"\n}'
+    assert metadata_json(info()) == "{}"
 
 
 def test_shorten() -> None:

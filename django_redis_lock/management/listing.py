@@ -17,7 +17,14 @@ from django.core.management.base import OutputWrapper
 
 from ..backends._redis_options import redact_url
 from ..backends.base import BaseLockBackend, LockInfo
-from ..listing import describe_holder, duration, metadata_summary, shorten, task_id
+from ..listing import (
+    describe_holder,
+    duration,
+    metadata_json,
+    metadata_summary,
+    shorten,
+    task_id,
+)
 
 __all__ = [
     "JSON_FORMAT",
@@ -196,7 +203,7 @@ def details(info: LockInfo) -> str:
 
     Whatever the holder recorded, nothing a terminal acts on is written (see :func:`escaped`).
     """
-    metadata = json.dumps(info.metadata, indent=2, sort_keys=True, ensure_ascii=False)
+    metadata = metadata_json(info, indent=2)
     fields = [
         ("owner", shown(info.owner)),
         ("task id", shown(task_id(info) or "-")),
