@@ -2,9 +2,10 @@
 
 Every subcommand looks at each alias of ``LOCKS`` in turn, or at ``--using ALIAS`` only.
 Listing pages through each backend with ``scan_page()`` and writes each page before reading
-the next, so memory stays bounded however many locks are held (see ``..listing``). The exit
-status is that of :data:`EXIT_STATUS`; every failure is a ``CommandError`` carrying it as
-``returncode``, so ``call_command()`` callers see it too.
+the next, so memory stays bounded however many locks are held (see ``management/listing.py``;
+holders are described by ``django_redis_lock.listing``). The exit status is that of
+:data:`EXIT_STATUS`; every failure is a ``CommandError`` carrying it as ``returncode``, so
+``call_command()`` callers see it too.
 """
 
 from __future__ import annotations
