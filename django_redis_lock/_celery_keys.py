@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import hashlib
 import inspect
 import string
 import uuid
@@ -24,13 +23,15 @@ from celery import Task
 from celery.local import Proxy
 from django.core.exceptions import ImproperlyConfigured
 
+from ._names import MAX_READABLE, digest
+
 __all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
 
 Policy = Literal["skip", "raise", "retry", "wait"]
 KeySpec = str | Sequence[str] | Callable[..., object] | None
 
 #: Lock names longer than this are hashed; the readable arguments go into the metadata.
-MAX_READABLE_NAME = 200
+MAX_READABLE_NAME = MAX_READABLE
 
 
 def encode_key_value(text: str) -> str:
@@ -69,8 +70,7 @@ class SingleInstance:
         task_part = encode_key_value(task_name)
         name = f"celery:{task_part}" if part is None else f"celery:{task_part}:{part}"
         if len(name) > MAX_READABLE_NAME:
-            digest = hashlib.sha256(name.encode()).hexdigest()[:32]
-            name = f"celery:{task_part}:sha256:{digest}"
+            name = f"celery:{task_part}:sha256:{digest(name)}"
         return name
 
     def key_part(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockNotAcquiredError
 from .handler import locks
+from .listing import retry_after
 from .lock import Lock
 from .view_keys import Key, request_key, validate_key
 
@@ -166,11 +166,6 @@ def validate_status(status: object, *, where: str) -> None:
         raise ImproperlyConfigured(
             f"{where}: status must be one of 409, 423, 429 or 503, got {status!r}."
         )
-
-
-def retry_after(holders: list[LockInfo]) -> int:
-    """Return the seconds until the first holder's lease ends, rounded up (at least 1)."""
-    return max(1, math.ceil(min((h.ttl for h in holders), default=1.0)))
 
 
 def conflict_response(

@@ -8,11 +8,7 @@ the views read the backends of ``LOCKS`` through :data:`~django_redis_lock.locks
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -21,181 +17,15 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.http.request import QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
-from .backends.base import LockInfo, glob_escape
+from ._admin_page import REFRESH_CHOICES, ListQuery, LockRow, kept_filters
 from .exceptions import BackendUnavailableError, InvalidLockArgumentError
 from .handler import locks
 from .models import Lock
 
-__all__ = ["LockAdmin", "describe_holder", "format_duration"]
-
-#: Query parameters of the list that a release carries back to it afterwards.
-FILTER_PARAMS = ("alias", "q", "exact", "refresh")
-#: Metadata of Celery holders that the owner column already shows.
-CELERY_KEYS = frozenset({"task_id", "task_name", "hostname", "worker_pid"})
-#: The metadata column shows this many characters; the full text is in its tooltip.
-METADATA_WIDTH = 120
-#: The auto-refresh intervals offered, in seconds (0: off); ``?refresh=N`` takes any 1-3600.
-REFRESH_CHOICES = (("off", 0), ("5 s", 5), ("30 s", 30), ("60 s", 60))
-_GLOB_CHARS = re.compile(r"[*?\[]")
-#: The separators of a lock name after which the list may break it onto the next line.
-_NAME_BREAKS = re.compile(r"([:./=,@])")
-
-
-def format_duration(seconds: float) -> str:
-    """Return whole ``seconds`` as the page shows them: ``42 s``, ``3 min 05 s``, ``2 h 07 min``.
-
-    ``static/django_redis_lock/locks.js`` formats the live countdown the same way.
-    """
-    whole = max(0, int(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-
-
-def describe_holder(info: LockInfo) -> str:
-    """Return who holds ``info``: the Celery task when one does, else host, pid and thread."""
-    meta = info.metadata
-    if meta.get("task_id") or meta.get("task_name"):
-        text = f"Celery task {meta.get('task_name') or '(unnamed)'}"
-        if meta.get("task_id"):
-            text += f" [{meta['task_id']}]"
-        where = [str(meta["hostname"])] if meta.get("hostname") else []
-        if meta.get("worker_pid") is not None:
-            where.append(f"pid {meta['worker_pid']}")
-        return f"{text} on {', '.join(where)}" if where else text
-    where = [info.host] if info.host else []
-    if info.pid is not None:
-        where.append(f"pid {info.pid}")
-    if info.thread:
-        where.append(f"thread {info.thread}")
-    return ", ".join(where) or "unknown"
-
-
-@dataclass(frozen=True)
-class LockRow:
-    """One holder of one lock on one alias, with what the templates show of it."""
-
-    alias: str
-    info: LockInfo
-    release_url: str = ""
-
-    @property
-    def holder(self) -> str:
-        """Return the holder's description."""
-        return describe_holder(self.info)
-
-    @property
-    def name_html(self) -> SafeString:
-        """Return the name, escaped, with a line-break opportunity after each separator.
-
-        Names have no spaces to wrap at: in a narrow column the browser then breaks
-        ``celery:shop.tasks.bill_customer:42`` after a ``.`` or ``:`` rather than inside a word.
-        """
-        return mark_safe(_NAME_BREAKS.sub(r"\1<wbr>", escape(self.info.name)))  # noqa: S308
-
-    @property
-    def ttl_text(self) -> str:
-        """Return the lease left, rounded up as a countdown is."""
-        return format_duration(math.ceil(self.info.ttl))
-
-    @property
-    def held_for_text(self) -> str:
-        """Return how long the holder has held the lock."""
-        return format_duration(self.info.held_for)
-
-    @property
-    def metadata_json(self) -> str:
-        """Return the holder's metadata as one line of JSON ("" when it has none)."""
-        if not self.info.metadata:
-            return ""
-        return json.dumps(self.info.metadata, ensure_ascii=False, sort_keys=True, default=str)
-
-    @property
-    def metadata_short(self) -> str:
-        """Return the metadata as ``key=value`` pairs cut to the column's width.
-
-        A Celery holder's task, worker and pid are left out: the owner column shows them.
-        """
-        shown = {
-            key: value
-            for key, value in self.info.metadata.items()
-            if not (key in CELERY_KEYS and self.holder.startswith("Celery task"))
-        }
-        text = ", ".join(
-            f"{key}={value if isinstance(value, str) else json.dumps(value, default=str)}"
-            for key, value in sorted(shown.items())
-        )
-        return text if len(text) <= METADATA_WIDTH else text[: METADATA_WIDTH - 1] + "…"
-
-    @property
-    def metadata_pretty(self) -> str:
-        """Return the metadata indented, for the confirmation page."""
-        meta = self.info.metadata
-        return json.dumps(meta, ensure_ascii=False, sort_keys=True, indent=2, default=str)
-
-
-@dataclass
-class ListQuery:
-    """What the list shows: its filters (kept across pages) and where its page starts."""
-
-    alias: str = ""
-    q: str = ""
-    exact: bool = False
-    refresh: int | None = None
-    at: str = ""
-    cursor: str | None = None
-    page: int = 1
-    errors: list[str] = field(default_factory=list)
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, str], aliases: list[str]) -> ListQuery:
-        """Read the list's query parameters, dropping (and noting) those it cannot use."""
-        query = cls(q=params.get("q", ""), exact=params.get("exact") == "1")
-        alias = params.get("alias", "")
-        if alias and alias not in aliases:
-            query.errors.append(f"There is no alias {alias!r} in settings.LOCKS.")
-        elif alias:
-            query.alias = alias
-        refresh = params.get("refresh", "")
-        if refresh.isdigit() and 1 <= int(refresh) <= 3600:
-            query.refresh = int(refresh)
-        at = params.get("at", "")
-        if at in aliases and (not query.alias or at == query.alias):
-            query.at, query.cursor = at, params.get("cursor") or None
-            page = params.get("page", "")
-            query.page = int(page) if page.isdigit() and int(page) > 0 else 1
-        return query
-
-    @property
-    def pattern(self) -> str:
-        """Return the glob for the backends: text without glob characters is a substring."""
-        if self.exact and self.q:
-            return glob_escape(self.q)
-        if not self.q:
-            return "*"
-        return self.q if _GLOB_CHARS.search(self.q) else f"*{glob_escape(self.q)}*"
-
-    def filters(self, **changes: Any) -> dict[str, str]:
-        """Return the filter parameters of this query (as changed), without empty ones."""
-        values = {"alias": self.alias, "q": self.q, "exact": "1" if self.exact else ""}
-        values["refresh"] = str(self.refresh) if self.refresh else ""
-        values.update(changes)
-        return {key: value for key, value in values.items() if value}
-
-
-def kept_filters(encoded: str) -> dict[str, str]:
-    """Return the list filters carried in ``encoded`` (a query string), and only those."""
-    params = QueryDict(encoded)
-    return {key: params[key] for key in FILTER_PARAMS if params.get(key)}
-
+__all__ = ["LockAdmin"]
 
 if TYPE_CHECKING:
     ModelAdmin = admin.ModelAdmin[Lock]

@@ -27,7 +27,6 @@ import datetime as dt
 import functools
 import inspect
 import logging
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -49,6 +48,7 @@ from ._celery_worker import (
 from ._validation import validate_limit, validate_timeout, validate_ttl
 from .conf import DEFAULT_ALIAS
 from .exceptions import LockNotAcquiredError
+from .listing import TaskRecord, describe_holder, retry_after
 from .lock import Lock
 
 __all__ = [
@@ -208,27 +208,24 @@ def _metadata(
     summary = ", ".join(
         f"{k}={v!r}" for k, v in config.arguments(args, kwargs).items() if v is not task
     )
-    return {
-        "task_id": None if request is None else request.id,
-        "task_name": task_name,
-        "hostname": None if request is None else request.hostname,
-        "worker_pid": os.getpid(),
-        "args": summary[:500],
-        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-    }
+    return TaskRecord(
+        task_id=None if request is None else request.id,
+        task_name=task_name,
+        hostname=None if request is None else request.hostname,
+        worker_pid=os.getpid(),
+        args=summary[:500],
+        started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+    ).as_metadata()
 
 
 def _conflict(config: SingleInstance, task: Task | None, held: Lock) -> Any:
     holders = held.backend.lock_info(held.name)
-    holder = ", ".join(str(i.metadata.get("task_id") or i.owner) for i in holders) or "unknown"
+    holder = "; ".join(describe_holder(info) for info in holders) or "unknown"
     policy = config.then if config.on_conflict == "wait" else config.on_conflict
-    message = f"Lock {held.name!r} is held by task {holder}"
+    message = f"Lock {held.name!r} is held by {holder}"
     if policy == "retry" and task is not None:
-        countdown = config.countdown
-        if countdown is None:
-            countdown = max(1, math.ceil(min((i.ttl for i in holders), default=1)))
         raise task.retry(
-            countdown=countdown,
+            countdown=retry_after(holders) if config.countdown is None else config.countdown,
             max_retries=config.max_retries,
             exc=LockNotAcquiredError(f"{message}.", lock_name=held.name),
         )

@@ -17,7 +17,6 @@ A key is one of the words below, a list of them (combined), or a callable
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +24,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
+
+from ._names import MAX_READABLE, digest
 
 __all__ = ["KEY_WORDS", "Key", "client_ip", "request_key", "validate_key"]
 
@@ -34,9 +35,6 @@ Key = KeyPart | Sequence[KeyPart]
 #: The plain words, and the prefixes of the words that take an argument.
 KEY_WORDS = ("user", "ip", "path", "session")
 KEY_PREFIXES = ("url:", "header:", "post:")
-
-#: A key part longer than this is replaced by its SHA-256, so lock names stay short.
-MAX_PART = 200
 
 _HOW_TO_FIX = (
     "Use one of 'user', 'ip', 'path', 'session', 'url:<kwarg>', 'header:<name>', "
@@ -77,12 +75,8 @@ def request_key(
                 )
         else:
             value = _word(request, str(part), kwargs, where=where)
-        values.append(value if len(value) <= MAX_PART else _digest(value))
+        values.append(value if len(value) <= MAX_READABLE else f"sha256={digest(value)}")
     return ":".join(values)
-
-
-def _digest(value: str) -> str:
-    return "sha256=" + hashlib.sha256(value.encode()).hexdigest()
 
 
 def _word(request: HttpRequest, word: str, kwargs: dict[str, Any], *, where: str) -> str:

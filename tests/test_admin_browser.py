@@ -95,11 +95,11 @@ def browser_page(width: int = 1600, height: int = 760) -> Iterator[Page]:
             browser.close()
 
 
-def seconds(text: str) -> int:
-    """Return the seconds of a TTL as the page shows it ("59 s", "1 min 00 s")."""
-    match = re.fullmatch(r"(?:(\d+) min )?(\d+) s", text.strip())
+def seconds(text: str) -> float:
+    """Return the seconds of a TTL as the page shows it ("59.3s", "1m58s")."""
+    match = re.fullmatch(r"(?:(\d+)m)?(\d+(?:\.\d)?)s", text.strip())
     assert match, f"not a TTL: {text!r}"
-    return int(match.group(1) or 0) * 60 + int(match.group(2))
+    return int(match.group(1) or 0) * 60 + float(match.group(2))
 
 
 def log_in(page: Page, live_server: LiveServer, password: str) -> None:

@@ -228,7 +228,7 @@ def test_eager__a_held_lock_makes_a_run_skip_with_a_warning(
     with lock("celery:eager.nightly", metadata={"task_id": "the-holder"}):
         with caplog.at_level(logging.WARNING, "django_redis_lock"):
             assert nightly.delay().get() is None
-    assert "held by task" in caplog.text
+    assert "is held by Celery task (unnamed) [the-holder]" in caplog.text
     assert nightly.delay().get() == "ran"
 
 
@@ -239,7 +239,9 @@ def test_eager__raise_policy_names_the_holder(app: Celery) -> None:
         return "ran"
 
     with lock("celery:eager.strict", metadata={"task_id": "the-holder"}):
-        with pytest.raises(LockNotAcquiredError, match="held by task the-holder"):
+        with pytest.raises(
+            LockNotAcquiredError, match=r"held by Celery task \(unnamed\) \[the-holder\]\.$"
+        ):
             strict.delay().get()
 
 

@@ -74,7 +74,7 @@ def test_policy_raise__names_the_holder(tasks: Any, worker: Any) -> None:
     first = tasks.strict.delay(1, 1.0)
     wait_for_start(worker, "strict", 1)
     second = tasks.strict.delay(2, 0.0)
-    with pytest.raises(Exception, match=f"held by task {first.id}") as caught:
+    with pytest.raises(Exception, match=rf"held by Celery task \S+ \[{first.id}\] on ") as caught:
         second.get(timeout=30)
     assert type(caught.value).__name__ == "LockNotAcquiredError"
     assert first.get(timeout=30) == 1

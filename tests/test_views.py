@@ -402,7 +402,7 @@ def test_key_callable_gets_request_and_view_arguments(using: str) -> None:
 def test_long_parts_are_hashed(using: str) -> None:
     long = "v" * 300
     name = name_inside(["header:X-Long", "path"], post("/p/", HTTP_X_LONG=long), using)
-    digest = hashlib.sha256(f"x-long={long}".encode()).hexdigest()
+    digest = hashlib.sha256(f"x-long={long}".encode()).hexdigest()[:32]
     assert name == f"view:k:sha256={digest}:path=/p/"
     # At the limit it is kept as it is.
     exact = "v" * (200 - len("x-long="))
@@ -411,7 +411,7 @@ def test_long_parts_are_hashed(using: str) -> None:
 
 def test_long_callable_result_is_hashed() -> None:
     name = name_inside(lambda request: "z" * 201, post())
-    assert name == "view:k:sha256=" + hashlib.sha256(b"z" * 201).hexdigest()
+    assert name == "view:k:sha256=" + hashlib.sha256(b"z" * 201).hexdigest()[:32]
 
 
 def test_default_name_is_the_views_dotted_path() -> None:

@@ -1,7 +1,9 @@
 """How ``manage.py locks`` reads and writes held locks: paged scans, a table, JSON, details.
 
 A listing never keeps more than a page of locks in memory: :func:`scan` reads one page per
-round trip, and each writer takes one holder at a time.
+round trip, and each writer takes one holder at a time. Holders are described by
+:mod:`django_redis_lock.listing`, as on the admin page; this module lays them out for a
+terminal, where :func:`escaped` and :func:`shown` keep what holders wrote from acting on it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ from django.core.management.base import OutputWrapper
 
 from ..backends._redis_options import redact_url
 from ..backends.base import BaseLockBackend, LockInfo
+from ..listing import (
+    describe_holder,
+    duration,
+    metadata_json,
+    metadata_summary,
+    shorten,
+    task_id,
+)
 
 __all__ = [
     "JSON_FORMAT",
@@ -24,7 +34,6 @@ __all__ = [
     "TableWriter",
     "Writer",
     "details",
-    "duration",
     "escaped",
     "location",
     "one_line",
@@ -33,13 +42,14 @@ __all__ = [
     "scan",
     "shown",
     "summary",
-    "task_id",
 ]
 
 #: The ``version`` of the JSON written by ``--json``; raised when a field changes meaning.
 JSON_VERSION = 1
 #: Locks read per round trip while listing.
 PAGE_SIZE = 500
+#: The table's metadata column shows this many characters.
+METADATA_WIDTH = 40
 
 JSON_FORMAT = """\
 JSON (--json, version 1): one object, written while the listing streams, one lock per line:
@@ -147,12 +157,12 @@ class TableWriter(Writer):
         cells = (
             alias,
             shown(info.name),
-            _task(info) or _place(info),
+            escaped(describe_holder(info)),
             str(info.holds),
             duration(info.ttl),
             duration(info.held_for),
             str(info.fencing_token),
-            _metadata_summary(info.metadata),
+            shorten(escaped(metadata_summary(info)), METADATA_WIDTH),
         )
         if self.widths is not None:
             self._write(cells)
@@ -193,7 +203,7 @@ def details(info: LockInfo) -> str:
 
     Whatever the holder recorded, nothing a terminal acts on is written (see :func:`escaped`).
     """
-    metadata = json.dumps(info.metadata, indent=2, sort_keys=True, ensure_ascii=False)
+    metadata = metadata_json(info, indent=2)
     fields = [
         ("owner", shown(info.owner)),
         ("task id", shown(task_id(info) or "-")),
@@ -212,45 +222,11 @@ def details(info: LockInfo) -> str:
 
 
 def summary(info: LockInfo) -> str:
-    """Return one line naming a holder: owner token, task, where it runs, how long held."""
-    task = _task(info)
+    """Return one line naming a holder: owner token, who it is, how long held, its holds."""
     return (
-        f"owner {shown(info.owner)}"
-        + (f", {task}" if task else "")
-        + f", {_place(info)}, held for {duration(info.held_for)}, {plural(info.holds, 'hold')}"
+        f"owner {shown(info.owner)}, {escaped(describe_holder(info))}, "
+        f"held for {duration(info.held_for)}, {plural(info.holds, 'hold')}"
     )
-
-
-def task_id(info: LockInfo) -> str | None:
-    """Return the Celery task id a ``@single_instance`` holder recorded, if any."""
-    value = info.metadata.get("task_id")
-    return value if isinstance(value, str) and value else None
-
-
-def _task(info: LockInfo) -> str | None:
-    value = task_id(info)
-    return None if value is None else "task " + shown(value)
-
-
-def _place(info: LockInfo) -> str:
-    if info.host is None and info.pid is None and info.thread is None:
-        return shown(info.owner)
-    parts = (info.host, None if info.pid is None else str(info.pid), info.thread)
-    return shown("/".join(part or "?" for part in parts))
-
-
-def _metadata_summary(metadata: dict[str, Any], width: int = 40) -> str:
-    task = metadata.get("task_name")
-    if isinstance(task, str):
-        args = metadata.get("args")
-        text = f"{task}({args if isinstance(args, str) else ''})"
-    else:
-        text = ", ".join(
-            f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-            for key, value in metadata.items()
-        )
-    text = escaped(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def shown(text: str) -> str:
@@ -270,20 +246,6 @@ def escaped(text: str) -> str:
     terminal could act on; lock names, owners and metadata are written by whoever locks.
     """
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def duration(seconds: float) -> str:
-    """Return a short, human form of a number of seconds: 4.2s, 5m03s, 2h07m, 3d01h."""
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h{minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d{hours:02d}h"
 
 
 def plural(count: int, noun: str) -> str:

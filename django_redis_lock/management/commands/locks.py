@@ -2,9 +2,10 @@
 
 Every subcommand looks at each alias of ``LOCKS`` in turn, or at ``--using ALIAS`` only.
 Listing pages through each backend with ``scan_page()`` and writes each page before reading
-the next, so memory stays bounded however many locks are held (see ``..listing``). The exit
-status is that of :data:`EXIT_STATUS`; every failure is a ``CommandError`` carrying it as
-``returncode``, so ``call_command()`` callers see it too.
+the next, so memory stays bounded however many locks are held (see ``management/listing.py``;
+holders are described by ``django_redis_lock.listing``). The exit status is that of
+:data:`EXIT_STATUS`; every failure is a ``CommandError`` carrying it as ``returncode``, so
+``call_command()`` callers see it too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends.base import BaseLockBackend, LockInfo, glob_escape
 from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
+from ...listing import duration, task_id
 from ..arguments import LocksParser, lock_name, seconds, whole_number
 from ..listing import (
     JSON_FORMAT,
@@ -31,14 +33,12 @@ from ..listing import (
     TableWriter,
     Writer,
     details,
-    duration,
     location,
     one_line,
     plural,
     scan,
     shown,
     summary,
-    task_id,
 )
 
 audit_logger = logging.getLogger("django_redis_lock.audit")
@@ -84,8 +84,8 @@ class Command(BaseCommand):
             help="List held locks as a table, or as JSON (the default subcommand).",
             description=_paragraph(
                 "List every holder of every held lock, in SCAN order: alias, name, owner "
-                "(Celery task id, else host/pid/thread), holds, lease left, time held, fencing "
-                "token and a short metadata summary. Names with control characters, a "
+                "(the Celery task, else host, pid and thread), holds, lease left, time held, "
+                "fencing token and a short metadata summary. Names with control characters, a "
                 "backslash or surrounding spaces are shown quoted, as Python literals; --json "
                 "gives every name exactly. `locks` alone, or followed by these options, runs "
                 "`locks list`."

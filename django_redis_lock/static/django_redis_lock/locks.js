@@ -1,22 +1,30 @@
 /* Count down the TTL of each held lock shown on the page, once a second.
  *
  * Each element with a data-ttl attribute (seconds, as read when the page was built) shows
- * the lease left, formatted as the server formats it (admin.format_duration), and
- * "expired" once the lease has ended. No dependencies; works with several tables per page.
+ * the lease left, in the one format of the server's listing.duration ("4.2s", "5m03s",
+ * "2h07m", "3d01h"), and "expired" once the lease has ended. No dependencies; works with
+ * several tables per page.
  */
 (function () {
     "use strict";
 
+    function pad(number) {
+        return String(number).padStart(2, "0");
+    }
+
     function format(seconds) {
-        var whole = Math.max(0, Math.floor(seconds));
-        if (whole < 60) {
-            return whole + " s";
+        if (seconds < 60) {
+            return seconds.toFixed(1) + "s";
         }
-        if (whole < 3600) {
-            return Math.floor(whole / 60) + " min " + String(whole % 60).padStart(2, "0") + " s";
+        var minutes = Math.floor(seconds / 60);
+        if (minutes < 60) {
+            return minutes + "m" + pad(Math.floor(seconds) % 60) + "s";
         }
-        return Math.floor(whole / 3600) + " h " +
-            String(Math.floor(whole % 3600 / 60)).padStart(2, "0") + " min";
+        var hours = Math.floor(minutes / 60);
+        if (hours < 24) {
+            return hours + "h" + pad(minutes % 60) + "m";
+        }
+        return Math.floor(hours / 24) + "d" + pad(hours % 24) + "h";
     }
 
     function start() {
@@ -32,7 +40,7 @@
                 }
                 var left = ttls[index] - elapsed;
                 if (left > 0) {
-                    cell.textContent = format(Math.ceil(left));
+                    cell.textContent = format(left);
                 } else if (!cell.classList.contains("lock-expired")) {
                     cell.textContent = "expired";
                     cell.classList.add("lock-expired");

@@ -1,0 +1,136 @@
+"""One presentation of a lock holder, for every place that shows one to people.
+
+The admin page, ``manage.py locks``, a locked view's conflict answer and ``@single_instance``'s
+conflict messages all describe holders through this module: a duration in one format, who
+holds the lock, a one-line summary of its metadata, the Celery task id, and the seconds until
+a lease ends. What a Celery run records about itself is defined here too (:class:`TaskRecord`),
+so the writer and the readers of that metadata agree on its keys.
+
+Text is returned as the holder wrote it: each output escapes it for its medium (HTML by the
+templates, terminals by ``management/listing.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .backends.base import LockInfo
+
+__all__ = [
+    "TaskRecord",
+    "describe_holder",
+    "duration",
+    "metadata_json",
+    "metadata_summary",
+    "retry_after",
+    "shorten",
+    "task_id",
+]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """What a ``@single_instance`` run records in its lock's metadata, keyed by these fields.
+
+    ``args`` is the task's arguments as ``name=value`` pairs; ``started_at`` is ISO 8601 (UTC).
+    """
+
+    task_id: str | None
+    task_name: str
+    hostname: str | None
+    worker_pid: int
+    args: str
+    started_at: str
+
+    def as_metadata(self) -> dict[str, Any]:
+        """Return the record as the metadata of the run's lock."""
+        return dataclasses.asdict(self)
+
+
+#: The keys :func:`describe_holder` shows of a task holder, left out of its summary.
+_DESCRIBED_KEYS = frozenset({"task_id", "task_name", "hostname", "worker_pid"})
+
+
+def duration(seconds: float) -> str:
+    """Return a short, human form of a number of seconds: 4.2s, 5m03s, 2h07m, 3d01h.
+
+    ``static/django_redis_lock/locks.js`` writes the admin's live countdown the same way.
+    """
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def task_id(info: LockInfo) -> str | None:
+    """Return the Celery task id a ``@single_instance`` holder recorded, if any."""
+    value = info.metadata.get("task_id")
+    return value if isinstance(value, str) and value else None
+
+
+def _task_name(info: LockInfo) -> str | None:
+    value = info.metadata.get("task_name")
+    return value if isinstance(value, str) and value else None
+
+
+def _is_task(info: LockInfo) -> bool:
+    return task_id(info) is not None or _task_name(info) is not None
+
+
+def describe_holder(info: LockInfo) -> str:
+    """Return who holds ``info``: the Celery task when one does, else host, pid and thread."""
+    meta, run = info.metadata, task_id(info)
+    if _is_task(info):
+        text = f"Celery task {_task_name(info) or '(unnamed)'}"
+        text += "" if run is None else f" [{run}]"
+        where = [str(meta["hostname"])] if meta.get("hostname") else []
+        if meta.get("worker_pid") is not None:
+            where.append(f"pid {meta['worker_pid']}")
+        return f"{text} on {', '.join(where)}" if where else text
+    where = [info.host] if info.host else []
+    if info.pid is not None:
+        where.append(f"pid {info.pid}")
+    if info.thread:
+        where.append(f"thread {info.thread}")
+    return ", ".join(where) or "unknown"
+
+
+def metadata_json(info: LockInfo, *, indent: int | None = None) -> str:
+    """Return the metadata in full as JSON, keys sorted: one line, or indented by ``indent``."""
+    return json.dumps(
+        info.metadata, ensure_ascii=False, sort_keys=True, indent=indent, default=str
+    )
+
+
+def metadata_summary(info: LockInfo) -> str:
+    """Return the metadata on one line, as sorted ``key=value`` pairs.
+
+    A task holder's id, name, worker and pid are left out: :func:`describe_holder` shows them.
+    """
+    described = _DESCRIBED_KEYS if _is_task(info) else frozenset()
+    return ", ".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, default=str)}"
+        for key, value in sorted(info.metadata.items())
+        if key not in described
+    )
+
+
+def shorten(text: str, width: int) -> str:
+    """Return ``text``, cut to ``width`` characters with an ellipsis if it is longer."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def retry_after(holders: Iterable[LockInfo]) -> int:
+    """Return the seconds until the first holder's lease ends, rounded up (at least 1)."""
+    return max(1, math.ceil(min((h.ttl for h in holders), default=1.0)))
