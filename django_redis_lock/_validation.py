@@ -20,6 +20,9 @@ MAX_NAME_LENGTH = 1024
 #: Ten years keep every such sum (about 2.4e12 ms today) an exact integer of 13 digits.
 MAX_SECONDS = 10 * 365 * 24 * 3600
 
+#: The shortest lease accepted, in seconds: Redis counts leases in whole milliseconds.
+MIN_SECONDS = 0.001
+
 
 def validate_name(name: object) -> str:
     """Return ``name`` if it is a usable lock name, else raise."""
@@ -44,7 +47,13 @@ def validate_name(name: object) -> str:
     return name
 
 
-def _number(value: object, argument: str, lock_name: str | None) -> float:
+def _seconds(
+    value: object, *, argument: str, lock_name: str | None, at_least: float, must: str
+) -> float:
+    """Return ``value`` as seconds if it is a finite number from ``at_least`` to MAX_SECONDS.
+
+    ``must`` says what else ``value`` must be, in the message that refuses it.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise LockArgumentTypeError(
             f"{argument} must be a number of seconds, not {type(value).__name__}: {value!r}.",
@@ -56,20 +65,22 @@ def _number(value: object, argument: str, lock_name: str | None) -> float:
             f"{argument} must be at most {MAX_SECONDS} seconds (ten years), got {value!r}.",
             lock_name=lock_name,
         )
-    if isinstance(value, int) and value < -MAX_SECONDS:
-        return -math.inf  # perhaps too large for a float, and refused as negative all the same
+    if value < at_least or not math.isfinite(value):
+        raise InvalidLockArgumentError(
+            f"{argument} must be {must}, got {value!r}.", lock_name=lock_name
+        )
     return float(value)
 
 
 def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None = None) -> float:
     """Return ``value`` as seconds if it is a lease from 1 ms to :data:`MAX_SECONDS`."""
-    seconds = _number(value, argument, lock_name)
-    if not math.isfinite(seconds) or seconds < 0.001:
-        raise InvalidLockArgumentError(
-            f"{argument} must be a finite number of seconds of at least 0.001, got {value!r}.",
-            lock_name=lock_name,
-        )
-    return seconds
+    return _seconds(
+        value,
+        argument=argument,
+        lock_name=lock_name,
+        at_least=MIN_SECONDS,
+        must=f"a finite number of seconds of at least {MIN_SECONDS}",
+    )
 
 
 def validate_timeout(
@@ -78,13 +89,13 @@ def validate_timeout(
     """Return ``value`` as seconds (``None``: forever) if it is from 0 to :data:`MAX_SECONDS`."""
     if value is None:
         return None
-    seconds = _number(value, argument, lock_name)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidLockArgumentError(
-            f"{argument} must be None or a finite number of seconds >= 0, got {value!r}.",
-            lock_name=lock_name,
-        )
-    return seconds
+    return _seconds(
+        value,
+        argument=argument,
+        lock_name=lock_name,
+        at_least=0,
+        must="None or a finite number of seconds >= 0",
+    )
 
 
 def validate_limit(value: object, *, lock_name: str | None = None) -> int:

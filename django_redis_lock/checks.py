@@ -1,6 +1,8 @@
 """System checks for the ``LOCKS`` setting (ids ``django_redis_lock.E001`` and up).
 
-The configuration checks never contact a server. ``manage.py check --deploy`` also pings
+The configuration checks never contact a server. The shape of ``LOCKS`` is checked in
+:mod:`~django_redis_lock.conf`; the OPTIONS of an alias by its backend's ``option_problems``,
+the code its constructor runs too. ``manage.py check --deploy`` also pings
 every backend (``--deploy --tag django_redis_lock_connection`` runs that check alone).
 """
 

@@ -1,20 +1,28 @@
-"""The ``LOCKS`` setting: read lazily, validated once, cleared when settings change."""
+"""The ``LOCKS`` setting: read lazily, its shape checked, cleared when settings change.
+
+What an alias's OPTIONS may hold is for its backend to say (see
+:meth:`~django_redis_lock.backends.base.BaseLockBackend.option_problems`): this module knows
+no rule of any one backend, and imports no client library.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from ._validation import validate_ttl
-from .backends._redis_options import redact_url, url_problem, url_scheme
-from .backends.base import BaseLockBackend
-from .exceptions import InvalidLockArgumentError
+from .backends.base import BaseLockBackend, Problem
 
-__all__ = ["DEFAULT_ALIAS", "DEFAULT_LOCKS", "Problem", "get_locks_setting", "problems"]
+__all__ = [
+    "DEFAULT_ALIAS",
+    "DEFAULT_LOCKS",
+    "Problem",
+    "alias_problems",
+    "get_locks_setting",
+    "problems",
+]
 
 DEFAULT_ALIAS = "default"
 
@@ -24,24 +32,6 @@ DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
         "OPTIONS": {"url": "redis://127.0.0.1:6379/0"},
     }
 }
-
-#: OPTIONS that are durations in seconds, checked as a ``ttl`` argument is.
-DURATION_OPTIONS = (
-    "ttl",
-    "fencing_ttl",
-    "socket_timeout",
-    "socket_connect_timeout",
-    "wait_replicas_timeout",
-)
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with ``LOCKS``: a check id, a message naming the setting, a hint."""
-
-    id: str
-    msg: str
-    hint: str
 
 
 @cache
@@ -117,98 +107,5 @@ def alias_problems(alias: object, config: Any) -> list[Problem]:
                 "OPTIONS holds the keyword arguments of the backend's constructor.",
             )
         ]
-    return option_problems(where, backend, options)
-
-
-def option_problems(
-    where: str, backend: type[BaseLockBackend], options: dict[str, Any]
-) -> list[Problem]:
-    """Return everything wrong with the OPTIONS of one alias."""
-    found: list[Problem] = []
-    unknown = sorted(set(options) - backend.options - backend.connection_options)
-    if unknown:
-        passthrough = (
-            ", and redis-py connection keywords such as password, ssl_ca_certs or max_connections"
-            if backend.connection_options
-            else ""
-        )
-        found.append(
-            Problem(
-                "django_redis_lock.E007",
-                f"{where}['OPTIONS'] has unknown keys for {backend.__name__}: "
-                f"{', '.join(map(repr, unknown))}.",
-                f"{backend.__name__} accepts: {', '.join(sorted(backend.options))}{passthrough}.",
-            )
-        )
-    schemes: frozenset[str] = getattr(backend, "url_schemes", frozenset())
-    listed = options.get("urls", [])
-    urls = ([options["url"]] if "url" in options else []) + (
-        list(listed) if isinstance(listed, (list, tuple)) else []
-    )
-    for url in urls if schemes else []:
-        if url_scheme(url) not in schemes:
-            found.append(
-                Problem(
-                    "django_redis_lock.E008",
-                    f"{where}['OPTIONS'] has a URL with an unsupported scheme: {_redact(url)!r}.",
-                    f"Use one of: {', '.join(s + '://' for s in sorted(schemes))}.",
-                )
-            )
-            continue
-        problem = url_problem(url)
-        if problem:
-            found.append(
-                Problem(
-                    "django_redis_lock.E008",
-                    f"{where}['OPTIONS'] has a URL that {problem.message}.",
-                    problem.hint,
-                )
-            )
-    tls = sorted(name for name in options if name.startswith("ssl_"))
-    plain = [url for url in urls if isinstance(url, str) and url_scheme(url) != "rediss"]
-    if tls and plain:
-        found.append(
-            Problem(
-                "django_redis_lock.E012",
-                f"{where}['OPTIONS'] sets TLS options ({', '.join(map(repr, tls))}) but its "
-                "url does not start with rediss://.",
-                "Use a rediss:// URL to connect with TLS, or remove the ssl_* options.",
-            )
-        )
-    for option in DURATION_OPTIONS:
-        if option not in options:
-            continue
-        try:
-            validate_ttl(options[option], argument=f"{where}['OPTIONS'][{option!r}]")
-        except InvalidLockArgumentError as exc:
-            found.append(
-                Problem(
-                    "django_redis_lock.E009",
-                    str(exc),
-                    "Durations are seconds; floats give millisecond precision (0.5 is 500 ms).",
-                )
-            )
-    found.extend(
-        Problem(
-            "django_redis_lock.E014",
-            f"{where}['OPTIONS']: {problem}",
-            f"See the OPTIONS of {backend.__name__} in the deployment documentation.",
-        )
-        for problem in backend.option_problems(options)
-    )
-    prefix = options.get("key_prefix", "lock")
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        found.append(
-            Problem(
-                "django_redis_lock.E010",
-                f"{where}['OPTIONS']['key_prefix'] must be a non-empty string without braces, "
-                f"got {prefix!r}.",
-                "Every key of a lock starts with the prefix; braces would break the Redis "
-                "Cluster hash tag. The default is 'lock'.",
-            )
-        )
-    return found
-
-
-def _redact(url: object) -> str:
-    return redact_url(url if isinstance(url, str) else repr(url))
+    # The rules of OPTIONS are the backend's own: the ones its constructor applies too.
+    return backend.check_options(options, where=f"{where}['OPTIONS']")

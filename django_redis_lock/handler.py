@@ -61,7 +61,7 @@ class LocksHandler:
         """Build the backend ``config`` describes, checked as ``manage.py check`` would."""
         found = alias_problems(alias, config)
         if found:
-            raise InvalidLockBackendError(f"{found[0].msg} {found[0].hint}")
+            raise InvalidLockBackendError(str(found[0]))
         backend_class: type[BaseLockBackend] = import_string(config["BACKEND"])
         return backend_class(**config.get("OPTIONS", {}))
 

@@ -232,7 +232,10 @@ def test_durations__longer_than_ten_years_are_refused_by_single_instance(
 def test_durations__longer_than_ten_years_are_refused_by_backends(option: str) -> None:
     with pytest.raises(InvalidLockBackendError) as caught:
         RedisBackend(url="redis://127.0.0.1:1/0", **{option: 1e18})
-    assert str(caught.value) == too_long(option, 1e18)
+    assert str(caught.value) == (
+        f"{too_long(f'RedisBackend OPTIONS[{option!r}]', 1e18)} Durations are seconds; floats "
+        "give millisecond precision (0.5 is 500 ms)."
+    )
     if option == "ttl":
         with pytest.raises(InvalidLockBackendError, match="ten years"):
             LocMemBackend(ttl=1e18)

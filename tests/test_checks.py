@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +18,7 @@ from django.core.checks import ERROR, CheckMessage, Error, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
+from django.utils.module_loading import import_string
 
 from django_redis_lock import InvalidLockBackendError, locks
 from django_redis_lock.backends.redis import RedisBackend
@@ -21,6 +27,9 @@ from .helpers import without_locks_setting
 
 REDIS = "django_redis_lock.backends.redis.RedisBackend"
 LOCMEM = "django_redis_lock.backends.locmem.LocMemBackend"
+REDLOCK = "django_redis_lock.backends.redlock.RedlockBackend"
+CLUSTER = "django_redis_lock.backends.cluster.RedisClusterBackend"
+ROOT = Path(__file__).resolve().parent.parent
 #: Nothing listens on port 1: a check that connected there would fail.
 DOWN_URL = "redis://127.0.0.1:1/0"
 SECRET = "s3cret"
@@ -389,7 +398,7 @@ def test_check__password_that_urllib_misreads__E008(url: str, shown: str) -> Non
     assert str(raised.value) == f"LOCKS['default']['OPTIONS'] {message} {HINT_E008_ENCODE}"
     with pytest.raises(InvalidLockBackendError) as raised:
         RedisBackend(url=url)
-    assert str(raised.value) == f"url {message.removeprefix('has a URL that ')} {HINT_E008_ENCODE}"
+    assert str(raised.value) == f"RedisBackend OPTIONS {message} {HINT_E008_ENCODE}"
 
 
 @pytest.mark.parametrize(
@@ -419,19 +428,20 @@ def test_check__url_sets_decode_responses__E008(query: str) -> None:
         ]
     with pytest.raises(InvalidLockBackendError) as raised:
         RedisBackend(url=url)
-    assert str(raised.value) == f"url sets decode_responses: {url!r}. {hint}"
+    assert str(raised.value) == f"RedisBackend OPTIONS {message} {hint}"
 
 
 def test_check__decode_responses_option__E007_and_refused_by_the_constructor() -> None:
     with override_settings(LOCKS={"default": redis_alias(decode_responses=True)}):
-        assert [m.msg for m in lock_checks()] == [
-            "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'decode_responses'."
-        ]
+        messages = lock_checks()
+    assert [m.msg for m in messages] == [
+        "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'decode_responses'."
+    ]
     with pytest.raises(InvalidLockBackendError) as raised:
         RedisBackend(url=DOWN_URL, decode_responses=True)
     assert str(raised.value) == (
-        "RedisBackend does not take 'decode_responses': see its OPTIONS in the deployment "
-        "documentation."
+        "RedisBackend OPTIONS has unknown keys for RedisBackend: 'decode_responses'. "
+        f"{messages[0].hint}"
     )
 
 
@@ -721,3 +731,63 @@ def test_check__sentinel_options_that_fit__no_E014() -> None:
     options = {"sentinels": ["127.0.0.1:26379", ["127.0.0.1", 26380]], "service_name": "m"}
     with override_settings(LOCKS={"default": redis_alias(**options, wait_replicas=1)}):
         assert lock_checks() == []
+
+
+# One rule, two callers ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "options"),
+    [
+        (LOCMEM, {"tll": 30}),
+        (LOCMEM, {"ttl": 1e18}),
+        (LOCMEM, {"key_prefix": "{app}"}),
+        (REDIS, {"url": f"http://:{SECRET}@cache/0"}),
+        (REDIS, {"url": "redis://host/0?decode_responses=1"}),
+        (REDIS, {"url": DOWN_URL, "wait_replicas_timeout": 0}),
+        (REDIS, {"url": "redis://host/0", "ssl_ca_certs": "/ca.pem"}),
+        (REDIS, {"service_name": "mymaster"}),
+        (REDLOCK, {"urls": ["redis://a/0", "redis://b/0"]}),
+        (REDLOCK, {"urls": ["redis://a/0", "redis://b/0", "ftp://c/0"]}),
+        (CLUSTER, {"startup_nodes": ["127.0.0.1"]}),
+        (CLUSTER, {"url": "unix:///run/redis.sock"}),
+    ],
+)
+def test_check__the_constructor_refuses_what_the_check_reports(
+    backend: str, options: dict[str, Any]
+) -> None:
+    with override_settings(LOCKS={"default": {"BACKEND": backend, "OPTIONS": options}}):
+        first = lock_checks()[0]
+    backend_class = import_string(backend)
+    with pytest.raises(InvalidLockBackendError) as raised:
+        backend_class(**options)
+    message = first.msg.replace("LOCKS['default']['OPTIONS']", f"{backend_class.__name__} OPTIONS")
+    assert str(raised.value) == f"{message} {first.hint}"
+    assert SECRET not in str(raised.value)
+
+
+def test_check__conf_and_a_locmem_setting_import_no_redis() -> None:
+    # The LOCKS checks leave every rule of a backend to its own module: checking a setting
+    # that names no Redis backend imports no client library.
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import django_redis_lock.checks
+        from django_redis_lock.conf import problems
+
+        setting = {{"default": {{"BACKEND": {LOCMEM!r}, "OPTIONS": {{"ttl": 0}}}}}}
+        assert [p.id for p in problems(setting)] == ["django_redis_lock.E009"]
+        print(sorted(name for name in sys.modules if name.partition(".")[0] == "redis"))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -14,9 +14,12 @@ import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
 
+from ._options import Problem
+
 __all__ = [
     "ASYNC_CONNECTION_OPTIONS",
     "CONNECTION_OPTIONS",
+    "CONNECTION_OPTIONS_DESCRIBED",
     "URL_SCHEMES",
     "UrlProblem",
     "async_client",
@@ -25,6 +28,7 @@ __all__ = [
     "sentinel_problems",
     "sync_client",
     "url_problem",
+    "url_problems",
     "url_scheme",
 ]
 
@@ -58,6 +62,11 @@ ASYNC_CONNECTION_OPTIONS: frozenset[str] = CONNECTION_OPTIONS & _keywords(
 )
 
 URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+#: How the hint of check E007 names :data:`CONNECTION_OPTIONS`.
+CONNECTION_OPTIONS_DESCRIBED = (
+    "redis-py connection keywords such as password, ssl_ca_certs or max_connections"
+)
 
 _parse_url: Callable[[str], dict[str, Any]] = redis.connection.parse_url  # untyped in redis-py
 #: What redis-py reads from a URL besides its query (OPTIONS may not set these).
@@ -172,6 +181,48 @@ def url_problem(url: str) -> UrlProblem | None:
             "Remove them from the query; a password given as ?password= must write '&' as %26.",
         )
     return None
+
+
+def url_problems(
+    urls: Sequence[object], schemes: frozenset[str], options: Mapping[str, Any], *, where: str
+) -> list[Problem]:
+    """Return what is wrong with the ``urls`` that OPTIONS name, as ``where`` (E008, E012).
+
+    Each URL must have one of ``schemes`` and be usable by redis-py; ``ssl_*`` options need
+    every URL to be ``rediss://``.
+    """
+    found = []
+    for url in urls:
+        if not isinstance(url, str) or url_scheme(url) not in schemes:
+            shown = redact_url(url if isinstance(url, str) else repr(url))
+            found.append(
+                Problem(
+                    "django_redis_lock.E008",
+                    f"{where} has a URL with an unsupported scheme: {shown!r}.",
+                    f"Use one of: {', '.join(s + '://' for s in sorted(schemes))}.",
+                )
+            )
+            continue
+        problem = url_problem(url)
+        if problem:
+            found.append(
+                Problem(
+                    "django_redis_lock.E008",
+                    f"{where} has a URL that {problem.message}.",
+                    problem.hint,
+                )
+            )
+    tls = sorted(name for name in options if name.startswith("ssl_"))
+    if tls and any(isinstance(url, str) and url_scheme(url) != "rediss" for url in urls):
+        found.append(
+            Problem(
+                "django_redis_lock.E012",
+                f"{where} sets TLS options ({', '.join(map(repr, tls))}) but its url does not "
+                "start with rediss://.",
+                "Use a rediss:// URL to connect with TLS, or remove the ssl_* options.",
+            )
+        )
+    return found
 
 
 def secret_safe(url: str, error: Exception) -> str:

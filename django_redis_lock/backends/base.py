@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from asgiref.sync import sync_to_async
 
-from .._validation import validate_ttl
-from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ..exceptions import InvalidLockArgumentError, LockError
 from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
+from ._options import OptionRules, Problem
 
 __all__ = [
     "AcquireRequest",
@@ -25,10 +25,10 @@ __all__ = [
     "BaseLockBackend",
     "Grant",
     "LockInfo",
+    "Problem",
     "glob_escape",
     "glob_to_regex",
     "holder_metadata",
-    "option_seconds",
     "parse_holder_metadata",
 ]
 
@@ -136,39 +136,18 @@ def _typed(value: object, kind: type[T]) -> T | None:
     return value if isinstance(value, kind) else None
 
 
-class BaseLockBackend:
+class BaseLockBackend(OptionRules):
     """Base class of lock backends; subclasses provide the primitives below.
 
     Durations are seconds as floats (millisecond precision) everywhere in this API.
     ``owner`` is an opaque token chosen by the caller; the backend only compares it.
+    The OPTIONS a backend takes are checked by :meth:`option_problems`, on the constructor's
+    keyword arguments before ``__init__`` runs, as ``manage.py check`` checks ``LOCKS``.
     """
 
-    #: OPTIONS accepted by every backend; subclasses add theirs.
-    options: ClassVar[frozenset[str]] = frozenset({"key_prefix", "ttl"})
-    #: Further OPTIONS passed through to the client library (redis-py's connection pool).
-    connection_options: ClassVar[frozenset[str]] = frozenset()
-
     def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
-        if not isinstance(key_prefix, str) or not key_prefix:
-            raise InvalidLockBackendError(
-                f"key_prefix must be a non-empty str, got {key_prefix!r}."
-            )
-        if "{" in key_prefix or "}" in key_prefix:
-            raise InvalidLockBackendError(
-                f"key_prefix must not contain '{{' or '}}' (they mark the Redis Cluster hash "
-                f"tag), got {key_prefix!r}."
-            )
         self.key_prefix = key_prefix
-        self.default_ttl = option_seconds("ttl", ttl)
-
-    @classmethod
-    def option_problems(cls, options: dict[str, Any]) -> list[str]:
-        """Return what is wrong with ``options`` beyond the checks every backend gets.
-
-        Each problem is one sentence naming the option; ``manage.py check`` reports them
-        (check E014), and the constructor should raise InvalidLockBackendError for them.
-        """
-        return []
+        self.default_ttl = float(ttl)
 
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
@@ -385,11 +364,3 @@ def page_cursor(cursor: str | None) -> int:
             f"cursor must be None or a cursor returned by scan_page(), got {cursor!r}."
         )
     return int(cursor)
-
-
-def option_seconds(option: str, value: object) -> float:
-    """Return the duration OPTION ``option`` as seconds, or raise InvalidLockBackendError."""
-    try:
-        return validate_ttl(value, argument=option)
-    except InvalidLockArgumentError as exc:
-        raise InvalidLockBackendError(str(exc)) from None

@@ -12,7 +12,7 @@ and ``WAIT`` would need the connection of each write.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import redis
@@ -26,7 +26,7 @@ from redis.retry import Retry
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 from ._redis.protocol import seconds
 from ._redis_options import redact_url, secret_safe, sentinel_address
-from .base import LockInfo
+from .base import LockInfo, Problem
 from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
@@ -59,18 +59,22 @@ class RedisClusterBackend(RedisBackend):
         super().__init__(url=url, **options)
 
     @classmethod
-    def option_problems(cls, options: dict[str, Any]) -> list[str]:
-        problems = super().option_problems(options)
+    def option_problems(cls, options: Mapping[str, Any], *, where: str) -> list[Problem]:
+        found = super().option_problems(options, where=where)
         nodes = options.get("startup_nodes")
         if nodes is not None and (
             not isinstance(nodes, (list, tuple))
             or not nodes
             or any(not isinstance(n, str) or sentinel_address(n) is None for n in nodes)
         ):
-            problems.append(
-                f'startup_nodes must be a non-empty list of "host:port" strings, got {nodes!r}.'
+            found.append(
+                cls.own_problem(
+                    where,
+                    f'startup_nodes must be a non-empty list of "host:port" strings, got '
+                    f"{nodes!r}.",
+                )
             )
-        return problems
+        return found
 
     def _connect(self, url: str, options: dict[str, Any]) -> Any:
         # Redirections (MOVED, ASK) are followed; a command is never re-sent after an error.

@@ -7,7 +7,7 @@ is atomic and costs one round trip. See ``_redis/lua/`` for the key layout.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import redis
@@ -35,6 +35,7 @@ from ._redis.scripts import Scripts
 from ._redis_options import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
+    CONNECTION_OPTIONS_DESCRIBED,
     URL_SCHEMES,
     SentinelAddress,
     async_client,
@@ -42,10 +43,9 @@ from ._redis_options import (
     secret_safe,
     sentinel_problems,
     sync_client,
-    url_problem,
-    url_scheme,
+    url_problems,
 )
-from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, option_seconds
+from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, Problem
 
 __all__ = ["RedisBackend", "redact_url"]
 
@@ -77,6 +77,14 @@ class RedisBackend(RedisKeyspace):
         "wait_replicas_timeout",
     }
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
+    connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
+    duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | {
+        "fencing_ttl",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "wait_replicas_timeout",
+    }
+    #: The schemes ``url`` may have.
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 
     def __init__(
@@ -95,41 +103,22 @@ class RedisBackend(RedisKeyspace):
         **connection_options: Any,
     ) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl)
-        for problem in self.option_problems(
-            {"sentinels": sentinels, "service_name": service_name, "wait_replicas": wait_replicas}
-        ):
-            raise InvalidLockBackendError(problem)
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
-        self.wait_replicas_timeout = option_seconds("wait_replicas_timeout", wait_replicas_timeout)
+        self.wait_replicas_timeout = float(wait_replicas_timeout)
         self._wait_args = (
             wait_replicas,
             ms(self.wait_replicas_timeout),
         )  # WAIT's arguments
-        if url_scheme(url) not in self.url_schemes:
-            schemes = ", ".join(f"{scheme}://" for scheme in sorted(self.url_schemes))
-            shown = redact_url(url if isinstance(url, str) else repr(url))
-            raise InvalidLockBackendError(f"url must start with one of {schemes}, got {shown!r}.")
-        unusable = url_problem(url)
-        if unusable:
-            raise InvalidLockBackendError(f"url {unusable.message}. {unusable.hint}")
-        unknown = sorted(set(connection_options) - self.connection_options)
-        if unknown:
-            raise InvalidLockBackendError(
-                f"{type(self).__name__} does not take {', '.join(map(repr, unknown))}: see "
-                "its OPTIONS in the deployment documentation."
-            )
         self.url = url
-        self.fencing_ttl = option_seconds("fencing_ttl", fencing_ttl)
+        self.fencing_ttl = float(fencing_ttl)
         self._fencing_arg = str(ms(self.fencing_ttl)).encode()  # encoded once, sent often
-        timeout = option_seconds("socket_timeout", socket_timeout)
+        timeout = float(socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))
         timeouts = {
             "socket_timeout": timeout,
-            "socket_connect_timeout": option_seconds(
-                "socket_connect_timeout", socket_connect_timeout
-            ),
+            "socket_connect_timeout": float(socket_connect_timeout),
         }
         # The asyncio client takes the same options, less the few only the sync one knows.
         self._async_options = {
@@ -149,7 +138,10 @@ class RedisBackend(RedisKeyspace):
         self._scripts = Scripts()
 
     @classmethod
-    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+    def option_problems(cls, options: Mapping[str, Any], *, where: str) -> list[Problem]:
+        found = super().option_problems(options, where=where)
+        urls = [options["url"]] if "url" in options else []
+        found += url_problems(urls, cls.url_schemes, options, where=where)
         problems = sentinel_problems(options.get("sentinels"), options.get("service_name"))
         replicas = options.get("wait_replicas", 0)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
@@ -157,7 +149,7 @@ class RedisBackend(RedisKeyspace):
                 f"wait_replicas must be a whole number of replicas (0: do not wait), got "
                 f"{replicas!r}."
             )
-        return problems
+        return found + [cls.own_problem(where, problem) for problem in problems]
 
     def _connect(self, url: str, options: dict[str, Any]) -> Any:
         """Return the blocking client: of ``url``, or of the primary that Sentinel names."""

@@ -16,14 +16,19 @@ import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ..exceptions import InvalidLockArgumentError, LockError
 from ..owner import new_attempt
 from ._quorum import Failed, Quorum, answer
-from ._redis_options import CONNECTION_OPTIONS, URL_SCHEMES
-from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, option_seconds
+from ._redis_options import (
+    CONNECTION_OPTIONS,
+    CONNECTION_OPTIONS_DESCRIBED,
+    URL_SCHEMES,
+    url_problems,
+)
+from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, Problem
 from .redis import RedisBackend
 
 __all__ = ["RedlockBackend"]
@@ -52,6 +57,13 @@ class RedlockBackend(BaseLockBackend):
         "clock_drift_factor",
     }
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
+    connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
+    duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | {
+        "fencing_ttl",
+        "socket_timeout",
+        "socket_connect_timeout",
+    }
+    #: The schemes each of ``urls`` may have.
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 
     #: A wait is a short sleep before the next attempt: waiting is a retry here.
@@ -70,15 +82,9 @@ class RedlockBackend(BaseLockBackend):
         **connection_options: Any,
     ) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl)
-        for problem in self.option_problems(
-            {"urls": urls, "clock_drift_factor": clock_drift_factor}
-        ):
-            raise InvalidLockBackendError(problem)
         self.clock_drift_factor = float(clock_drift_factor)
-        self.socket_timeout = option_seconds("socket_timeout", socket_timeout)
-        self.socket_connect_timeout = option_seconds(
-            "socket_connect_timeout", socket_connect_timeout
-        )
+        self.socket_timeout = float(socket_timeout)
+        self.socket_connect_timeout = float(socket_connect_timeout)
         self.nodes: list[RedisBackend] = [
             RedisBackend(
                 url=url,
@@ -110,11 +116,13 @@ class RedlockBackend(BaseLockBackend):
         self._try_numbers = itertools.count()
 
     @classmethod
-    def option_problems(cls, options: dict[str, Any]) -> list[str]:
+    def option_problems(cls, options: Mapping[str, Any], *, where: str) -> list[Problem]:
+        found = super().option_problems(options, where=where)
         problems = []
         urls = options.get("urls", ())
         if isinstance(urls, (str, bytes)) or not isinstance(urls, (list, tuple)):
             problems.append(f"urls must be a list of Redis URLs, got {type(urls).__name__}.")
+            urls = ()
         elif len(urls) < 3:
             problems.append(
                 f"urls must name at least 3 independent Redis masters, got {len(urls)}: "
@@ -134,7 +142,8 @@ class RedlockBackend(BaseLockBackend):
                 "clock_drift_factor must be a number from 0 up to (not including) 0.5, got "
                 f"{factor!r}."
             )
-        return problems
+        found += url_problems(urls, cls.url_schemes, options, where=where)
+        return found + [cls.own_problem(where, problem) for problem in problems]
 
     def __repr__(self) -> str:
         urls = ", ".join(node.location for node in self.nodes)
