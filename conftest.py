@@ -1,3 +1,3 @@
 """Root conftest: loads the package's pytest plugin after coverage has started."""
 
-pytest_plugins = ["django_redis_lock.pytest_plugin"]
+pytest_plugins = ["django_redis_lock.testing.pytest_plugin"]

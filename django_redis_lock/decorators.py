@@ -9,9 +9,9 @@ from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponseBase
 
-from ._viewlock import UNSAFE_METHODS, ConflictHook, ViewLock
 from .conf import DEFAULT_ALIAS
-from .view_keys import Key
+from .viewlock.engine import UNSAFE_METHODS, ConflictHook, ViewLock
+from .viewlock.keys import Key
 
 __all__ = ["lock_view"]
 
@@ -32,7 +32,7 @@ def lock_view(
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same ``key`` never run it at once.
 
-    ``key`` says what "the same" means (see :mod:`django_redis_lock.view_keys`): ``"user"``,
+    ``key`` says what "the same" means (see :mod:`django_redis_lock.viewlock.keys`): ``"user"``,
     ``"ip"``, ``"path"``, ``"session"``, ``"url:<kwarg>"``, ``"header:<name>"``,
     ``"post:<field>"``, a list of these, or a callable ``(request, *args, **kwargs) -> str``.
     Only ``methods`` are locked (default: POST, PUT, PATCH, DELETE). The lock is named

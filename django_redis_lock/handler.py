@@ -1,4 +1,5 @@
-"""``locks``: the alias → backend handler, shaped like Django's ``storages``."""
+"""``locks``: the alias → backend handler, shaped like Django's ``storages``, reset when
+``LOCKS`` changes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .backends.base import BaseLockBackend
@@ -13,7 +16,7 @@ from .conf import alias_problems, get_locks_setting, problems
 from .exceptions import InvalidLockBackendError
 from .renewal import renewer
 
-__all__ = ["LocksHandler", "locks"]
+__all__ = ["LocksHandler", "locks", "reset_locks"]
 
 
 class LocksHandler:
@@ -87,3 +90,11 @@ class LocksHandler:
 
 
 locks = LocksHandler()
+
+
+@receiver(setting_changed)
+def reset_locks(*, setting: str, **kwargs: Any) -> None:
+    """Rebuild backends from the new value when ``LOCKS`` changes (``override_settings``)."""
+    if setting == "LOCKS":
+        get_locks_setting.cache_clear()
+        locks.reset()

@@ -7,10 +7,10 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 
-from ._viewlock import UNSAFE_METHODS, ViewLock, conflict_response, validate_status
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
-from .view_keys import Key, validate_key
+from .viewlock.engine import UNSAFE_METHODS, ViewLock, conflict_response, validate_status
+from .viewlock.keys import Key, validate_key
 
 __all__ = ["LockMixin"]
 

@@ -314,7 +314,7 @@ class Request:
 def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
     app: Celery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from django_redis_lock import _celery_worker as integration
+    from django_redis_lock.celery import worker as integration
 
     @app.task(name="eager.hooked")
     @single_instance()
@@ -338,7 +338,7 @@ def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
 
 
 def test_worker_hook__gives_each_delivery_a_run_id_of_its_own(app: Celery) -> None:
-    from django_redis_lock import _celery_worker as integration
+    from django_redis_lock.celery import worker as integration
 
     @app.task(name="eager.delivered")
     @single_instance()
@@ -357,7 +357,8 @@ def test_worker_hook__gives_each_delivery_a_run_id_of_its_own(app: Celery) -> No
 
 def test_publish__a_message_never_carries_a_run_id_on() -> None:
     """Celery copies a request's unknown fields into the headers of the retry it sends."""
-    from django_redis_lock import _celery_worker, celery
+    from django_redis_lock import celery
+    from django_redis_lock.celery import worker as _celery_worker
 
     headers = {"id": "t-1", _celery_worker.RUN_ID_FIELD: "a" * 32, "custom": "kept"}
     celery._release_before_retry(headers=headers)

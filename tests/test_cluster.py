@@ -39,7 +39,7 @@ from django_redis_lock import (
 from django_redis_lock.backends.base import AcquireRequest, glob_escape, holder_metadata
 from django_redis_lock.backends.cluster import RedisClusterBackend
 from django_redis_lock.conf import problems
-from django_redis_lock.topologies import RedisClusterServers
+from django_redis_lock.testing.topologies import RedisClusterServers
 
 from .helpers import eventually, in_thread
 

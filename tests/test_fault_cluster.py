@@ -13,7 +13,7 @@ from redis.crc import key_slot
 
 from django_redis_lock import lock, locks
 from django_redis_lock.backends.cluster import RedisClusterBackend
-from django_redis_lock.topologies import RedisClusterServers
+from django_redis_lock.testing.topologies import RedisClusterServers
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.testing import RedisServer
-from django_redis_lock.topologies import IndependentMasters
+from django_redis_lock.testing.topologies import IndependentMasters
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from django_redis_lock.topologies import IndependentMasters, RedisClusterServers
+from django_redis_lock.testing.topologies import IndependentMasters, RedisClusterServers
 
 from . import stress
 

@@ -33,7 +33,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.owner import current_owner, current_task_owner
-from django_redis_lock.topologies import SentinelRedis
+from django_redis_lock.testing.topologies import SentinelRedis
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from django_redis_lock.testing import RedisServer, RedisServerError
-from django_redis_lock.topologies import (
+from django_redis_lock.testing.topologies import (
     IndependentMasters,
     RedisClusterServers,
     ReplicatedRedis,

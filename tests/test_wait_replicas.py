@@ -1,6 +1,6 @@
 """``wait_replicas``: every acquire (and every handover) is followed by Redis ``WAIT``.
 
-A primary with one replica (:class:`~django_redis_lock.topologies.ReplicatedRedis`). With
+A primary with one replica (:class:`~django_redis_lock.testing.topologies.ReplicatedRedis`). With
 ``wait_replicas=N`` an acquire returns only once N replicas have acknowledged the write, so
 the lock's keys are already on the replica when ``acquire()`` returns; if fewer acknowledge
 within ``wait_replicas_timeout``, the acquire is undone on the primary and
@@ -24,7 +24,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.owner import current_owner
-from django_redis_lock.topologies import ReplicatedRedis
+from django_redis_lock.testing.topologies import ReplicatedRedis
 
 from .helpers import eventually
 

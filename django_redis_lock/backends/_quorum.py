@@ -17,7 +17,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
 from ..exceptions import BackendUnavailableError, LockError
-from ._redis_options import redact_url
+from ._redis.options import redact_url
 from .redis import RedisBackend
 
 __all__ = ["Failed", "Quorum", "answer"]

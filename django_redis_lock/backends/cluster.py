@@ -24,8 +24,8 @@ from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
+from ._redis.options import redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
-from ._redis_options import redact_url, secret_safe, sentinel_address
 from .base import LockInfo, Problem
 from .redis import RedisBackend
 

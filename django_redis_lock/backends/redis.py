@@ -20,19 +20,7 @@ from redis.retry import Retry
 from ..exceptions import InvalidLockBackendError, LockError
 from ._redis.keys import RedisKeyspace
 from ._redis.loops import PerLoop
-from ._redis.protocol import (
-    acquire_args,
-    acquired,
-    count,
-    extend_args,
-    granted,
-    ms,
-    release_args,
-    seconds,
-)
-from ._redis.replicas import replicated, unreplicated
-from ._redis.scripts import Scripts
-from ._redis_options import (
+from ._redis.options import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
@@ -45,6 +33,18 @@ from ._redis_options import (
     sync_client,
     url_problems,
 )
+from ._redis.protocol import (
+    acquire_args,
+    acquired,
+    count,
+    extend_args,
+    granted,
+    ms,
+    release_args,
+    seconds,
+)
+from ._redis.replicas import replicated, unreplicated
+from ._redis.scripts import Scripts
 from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, Problem
 
 __all__ = ["RedisBackend", "redact_url"]

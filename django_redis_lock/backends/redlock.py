@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from ..exceptions import InvalidLockArgumentError, LockError
 from ..owner import new_attempt
 from ._quorum import Failed, Quorum, answer
-from ._redis_options import (
+from ._redis.options import (
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
     URL_SCHEMES,
@@ -39,6 +39,9 @@ _FIRST_RETRY, _LAST_RETRY = 0.003, 0.05
 #: How many (name, owner) fencing tokens and retry counters are remembered at most.
 _MEMORY = 65536
 
+#: The OPTIONS in seconds, besides ``ttl``.
+_DURATIONS = frozenset({"fencing_ttl", "socket_timeout", "socket_connect_timeout"})
+
 
 class RedlockBackend(BaseLockBackend):
     """Locks held on a majority of N independent Redis masters.
@@ -49,20 +52,12 @@ class RedlockBackend(BaseLockBackend):
     0.01) and any redis-py connection pool keyword, given to every master.
     """
 
-    options: ClassVar[frozenset[str]] = BaseLockBackend.options | {
-        "urls",
-        "fencing_ttl",
-        "socket_timeout",
-        "socket_connect_timeout",
-        "clock_drift_factor",
-    }
+    duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | _DURATIONS
+    options: ClassVar[frozenset[str]] = (
+        BaseLockBackend.options | _DURATIONS | {"urls", "clock_drift_factor"}
+    )
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
-    duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | {
-        "fencing_ttl",
-        "socket_timeout",
-        "socket_connect_timeout",
-    }
     #: The schemes each of ``urls`` may have.
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 
@@ -209,19 +204,15 @@ class RedlockBackend(BaseLockBackend):
             lambda node: node.acquire(name, owner, plain), decided=self._acquire_settled
         )
         elapsed = time.monotonic() - started
-        grants = [
-            (index, o)
-            for index, o in enumerate(outcomes)
-            if isinstance(o, AcquireResult) and o.acquired
-        ]
-        counts = sorted((r.holds for _, r in grants), reverse=True)
+        grants = [o for o in outcomes if isinstance(o, AcquireResult) and o.acquired]
+        counts = sorted((r.holds for r in grants), reverse=True)
         reentrant = len(counts) >= self.quorum and counts[self.quorum - 1] > 1
         if len(grants) >= self.quorum:
-            leases = sorted((r.lease or 0.0 for _, r in grants), reverse=True)
+            leases = sorted((r.lease or 0.0 for r in grants), reverse=True)
             lease = leases[self.quorum - 1]
             left = lease - elapsed - self._masters.drift(lease)
             if left > 0:
-                token = self._token(name, owner, [r for _, r in grants], reentrant=reentrant)
+                token = self._token(name, owner, grants, reentrant=reentrant)
                 with self._memory_lock:
                     self._retries.pop((name, owner), None)
                 return AcquireResult(

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import OutputWrapper
 
-from ..backends._redis_options import redact_url
+from ..backends._redis.options import redact_url
 from ..backends.base import BaseLockBackend, LockInfo
 from ..listing import (
     describe_holder,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..testing import RedisServer, RedisServerError
+from .. import RedisServer, RedisServerError
 from ._common import (
     CLUSTER_BUS_OFFSET,
     CLUSTER_SLOTS,

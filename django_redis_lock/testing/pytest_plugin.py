@@ -1,7 +1,7 @@
 """pytest fixtures for code that uses django-redis-lock.
 
-Enable with ``pytest_plugins = ["django_redis_lock.pytest_plugin"]`` in a ``conftest.py``
-(or ``-p django_redis_lock.pytest_plugin``). Fixtures:
+Enable with ``pytest_plugins = ["django_redis_lock.testing.pytest_plugin"]`` in a ``conftest.py``
+(or ``-p django_redis_lock.testing.pytest_plugin``). Fixtures:
 
 ``redis_server``
     A throw-away :class:`~django_redis_lock.testing.RedisServer`, one per test session.
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .testing import RedisServer
+from . import RedisServer
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from celery import Task
 from celery.local import Proxy
 from django.core.exceptions import ImproperlyConfigured
 
-from ._names import MAX_READABLE, digest
+from .._names import MAX_READABLE, digest
 
 __all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
 

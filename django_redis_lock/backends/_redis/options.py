@@ -14,7 +14,7 @@ import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
 
-from ._options import Problem
+from .._options import Problem
 
 __all__ = [
     "ASYNC_CONNECTION_OPTIONS",

@@ -13,7 +13,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..testing import RedisServer, RedisServerError, _free_port, find_binary
+from .. import RedisServer, RedisServerError, _free_port, find_binary
 
 HOST = "127.0.0.1"
 CLUSTER_BUS_OFFSET = 10000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..testing import RedisServer
+from .. import RedisServer
 from ._common import (
     HOST,
     Address,

@@ -1,4 +1,4 @@
-"""The work shared by :func:`~.decorators.lock_view` and :class:`~.mixins.LockMixin`.
+"""Lock a view per request: the work shared by ``@lock_view`` and ``LockMixin``.
 
 A :class:`ViewLock` holds the options of one locked view. For each request whose method it
 locks, it builds the lock name from the key, takes the lock under an owner token of the
@@ -20,16 +20,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
-from ._tasks import keep_until_done
-from ._validation import validate_timeout, validate_ttl
-from .aio import AsyncLock
-from .backends.base import LockInfo
-from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockNotAcquiredError
-from .handler import locks
-from .listing import retry_after
-from .lock import Lock
-from .view_keys import Key, request_key, validate_key
+from .._tasks import keep_until_done
+from .._validation import validate_timeout, validate_ttl
+from ..aio import AsyncLock
+from ..backends.base import LockInfo
+from ..conf import DEFAULT_ALIAS
+from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError
+from ..handler import locks
+from ..listing import retry_after
+from ..lock import Lock
+from .keys import Key, request_key, validate_key
 
 __all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "ViewLock"]
 

@@ -5,7 +5,7 @@ TCP, keeps its few files (sentinel.conf, nodes.conf, its log) in a temporary dir
 own, and is stopped, its files removed, when the topology stops, even when ``start()`` fails
 half-way. Each class is a context manager::
 
-    from django_redis_lock.topologies import SentinelRedis
+    from django_redis_lock.testing.topologies import SentinelRedis
 
     with SentinelRedis(replicas=1, sentinels=3) as topology:
         topology.current_primary()         # ("127.0.0.1", <port>)

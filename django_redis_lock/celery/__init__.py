@@ -36,8 +36,13 @@ from celery._state import get_current_task
 from celery.signals import before_task_publish
 from django.core.exceptions import ImproperlyConfigured
 
-from ._celery_keys import MAX_READABLE_NAME, KeySpec, Policy, SingleInstance, config_of
-from ._celery_worker import (
+from .._validation import validate_limit, validate_timeout, validate_ttl
+from ..conf import DEFAULT_ALIAS
+from ..exceptions import LockNotAcquiredError
+from ..listing import TaskRecord, describe_holder, retry_after
+from ..lock import Lock
+from .keys import MAX_READABLE_NAME, KeySpec, Policy, SingleInstance, config_of
+from .worker import (
     CHILD_EXIT_WAIT,
     RUN_ID_FIELD,
     new_run_id,
@@ -45,11 +50,6 @@ from ._celery_worker import (
     run_id_of,
     run_owner,
 )
-from ._validation import validate_limit, validate_timeout, validate_ttl
-from .conf import DEFAULT_ALIAS
-from .exceptions import LockNotAcquiredError
-from .listing import TaskRecord, describe_holder, retry_after
-from .lock import Lock
 
 __all__ = [
     "CHILD_EXIT_WAIT",

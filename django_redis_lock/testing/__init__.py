@@ -10,7 +10,7 @@ connects to, or stops, a server it did not start::
     with RedisServer() as server:
         print(server.url)   # redis://127.0.0.1:<free port>/0
 
-The pytest fixtures built on it live in :mod:`django_redis_lock.pytest_plugin`.
+The pytest fixtures built on it live in :mod:`django_redis_lock.testing.pytest_plugin`.
 """
 
 from __future__ import annotations

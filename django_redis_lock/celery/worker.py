@@ -26,8 +26,8 @@ from typing import Any
 from celery import Task
 from celery.signals import task_received
 
-from ._celery_keys import config_of
-from .handler import locks
+from ..handler import locks
+from .keys import config_of
 
 __all__ = [
     "CHILD_EXIT_WAIT",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import redis
 
-from ..testing import RedisServer, RedisServerError
+from .. import RedisServer, RedisServerError
 from ._common import (
     HOST,
     Address,
