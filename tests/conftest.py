@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis as redis_py
@@ -14,22 +13,9 @@ from django.test import override_settings
 from django_redis_lock import locks
 from django_redis_lock.backends.base import BaseLockBackend
 from django_redis_lock.testing import RedisServer
+from tests.support.helpers import locks_setting
 
 BACKENDS = ["redis", "locmem"]
-
-
-def locks_setting(url: str, prefix: str) -> dict[str, Any]:
-    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process."""
-    return {
-        "default": {
-            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-            "OPTIONS": {"url": url, "key_prefix": prefix},
-        },
-        "locmem": {
-            "BACKEND": "django_redis_lock.backends.locmem.LocMemBackend",
-            "OPTIONS": {"key_prefix": prefix},
-        },
-    }
 
 
 @pytest.fixture(autouse=True)
