@@ -15,8 +15,6 @@ from django_redis_lock.backends.base import BaseLockBackend
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import locks_setting
 
-BACKENDS = ["redis", "locmem"]
-
 
 @pytest.fixture(autouse=True)
 def _locks_on_test_server(redis_url: str) -> Iterator[str]:
@@ -32,9 +30,12 @@ def prefix(_locks_on_test_server: str) -> str:
     return _locks_on_test_server
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=["redis", "locmem"])
 def using(request: pytest.FixtureRequest) -> str:
-    """Run a contract test once per backend: the alias to pass as ``using``."""
+    """Run a test once on Redis and once in process: the alias to pass as ``using``.
+
+    tests/contract/ overrides this fixture to run on every backend of the package.
+    """
     return "default" if request.param == "redis" else "locmem"
 
 

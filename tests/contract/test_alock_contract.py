@@ -1,4 +1,4 @@
-"""The alock contract: every test here runs on RedisBackend and on LocMemBackend.
+"""The alock contract: every test here runs on every backend (see conftest.py).
 
 It mirrors the contract of the blocking lock (test_lock_contract.py, test_liveness.py), with
 asyncio tasks where those tests use threads: each task is its own owner, even when tasks
@@ -121,6 +121,7 @@ async def test_blocking_acquire__times_out_not_before_the_timeout(using: str) ->
     assert 0.3 <= elapsed < 3.0
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_blocking_acquire__timeout_zero_tries_once(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -132,6 +133,7 @@ async def test_blocking_acquire__timeout_zero_tries_once(
         assert queued(backend, "acontract:zero") == 0, "a single try does not queue"
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_blocking_acquire__gets_the_lock_when_the_holder_releases(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -247,6 +249,7 @@ async def test_shared_handle__owned_is_per_task(using: str) -> None:
         assert await in_task(handle.locked) is True
 
 
+@pytest.mark.needs("semaphores")
 async def test_fencing_token__differs_per_task_on_a_shared_handle(using: str) -> None:
     handle = alock("acontract:fence-tasks", using=using, limit=2)
     async with handle:
@@ -531,6 +534,7 @@ def test_sync_decorator__refuses_coroutine_functions_and_names_alock(using: str)
 # Fairness and limits --------------------------------------------------------------------------
 
 
+@pytest.mark.needs("fair_order")
 async def test_fair__waiting_tasks_are_served_in_arrival_order(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -552,6 +556,7 @@ async def test_fair__waiting_tasks_are_served_in_arrival_order(
     assert order == [0, 1, 2, 3, 4]
 
 
+@pytest.mark.needs("fair_order")
 async def test_fair__a_newcomer_does_not_overtake_a_queued_waiter(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -568,6 +573,7 @@ async def test_fair__a_newcomer_does_not_overtake_a_queued_waiter(
     assert backend.force_release(name) == 1
 
 
+@pytest.mark.needs("semaphores")
 async def test_limit__that_many_tasks_hold_at_once(using: str, backend: BaseLockBackend) -> None:
     handle = alock("acontract:sem", using=using, limit=3)
     results = [await in_task(lambda: handle.acquire(blocking=False)) for _ in range(4)]
@@ -576,6 +582,7 @@ async def test_limit__that_many_tasks_hold_at_once(using: str, backend: BaseLock
     assert backend.force_release("acontract:sem") == 3
 
 
+@pytest.mark.needs("semaphores")
 async def test_limit__a_release_hands_the_slot_to_a_waiting_task(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -864,6 +871,7 @@ async def test_listing__names_the_holding_task(using: str, backend: BaseLockBack
 # Cancellation -----------------------------------------------------------------------------------
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_cancel__a_waiting_task_leaves_the_queue(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -880,6 +888,7 @@ async def test_cancel__a_waiting_task_leaves_the_queue(
     assert not await holder.locked(), "nothing was handed to the cancelled waiter"
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_cancel__a_lock_handed_to_a_cancelled_waiter_goes_to_the_next(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -919,6 +928,7 @@ def withdraw(
     return blocking
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_withdraw__removes_a_registered_waiter_from_the_queue(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
@@ -933,6 +943,7 @@ async def test_withdraw__removes_a_registered_waiter_from_the_queue(
     assert not backend.locked(name), "the lock is not handed to a withdrawn waiter"
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_withdraw__frees_a_lock_handed_to_a_waiter_and_hands_it_on(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
@@ -971,6 +982,7 @@ async def test_withdraw__drops_holds_above_the_count_kept(
     assert not backend.locked(name)
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_withdraw__to_zero_holds_frees_the_lock_for_the_next_waiter(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:
@@ -985,6 +997,7 @@ async def test_withdraw__to_zero_holds_frees_the_lock_for_the_next_waiter(
     assert backend.force_release(name) == 1
 
 
+@pytest.mark.needs("waiter_queue")
 async def test_withdraw__an_owner_with_nothing_changes_nothing(
     backend: BaseLockBackend, withdraw: Callable[..., Awaitable[int]]
 ) -> None:

@@ -21,6 +21,7 @@ from tests.support.helpers import eventually, in_thread
 META = holder_metadata(host="h", pid=1, thread="t")
 
 
+@pytest.mark.needs("waiter_queue")
 def test_handoff__a_waiter_acquires_promptly_after_each_release(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -77,6 +78,7 @@ def test_timeout__a_waiter_that_gives_up_leaves_the_queue(
     assert left == [f"{prefix}:{{=live:giveup}}:f"]
 
 
+@pytest.mark.needs("waiter_queue")
 def test_dead_waiter__holds_the_others_back_only_for_its_registration(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -94,6 +96,7 @@ def test_dead_waiter__holds_the_others_back_only_for_its_registration(
     assert time.monotonic() - started < 3.0
 
 
+@pytest.mark.needs("fair_order")
 def test_fair__waiters_are_served_in_arrival_order(using: str, backend: BaseLockBackend) -> None:
     order: list[int] = []
     holder = lock("live:fifo", using=using, fair=True)
@@ -127,6 +130,7 @@ def queued(backend: BaseLockBackend, name: str) -> int:
     return 0 if entry is None else len(entry.queue)
 
 
+@pytest.mark.needs("fair_order")
 def test_fair__a_newcomer_does_not_overtake_queued_waiters(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -152,6 +156,7 @@ def test_fair__a_newcomer_does_not_overtake_queued_waiters(
     thread.join(10)
 
 
+@pytest.mark.needs("fair_order")
 def test_fair__try_lock_is_not_refused_because_of_waiters_that_are_gone(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -168,6 +173,7 @@ def test_fair__try_lock_is_not_refused_because_of_waiters_that_are_gone(
     assert queued(backend, "live:stale-queue") == 0
 
 
+@pytest.mark.needs("semaphores")
 def test_semaphore__limit_owners_hold_at_once(using: str) -> None:
     handles = [lock("live:sem", using=using, limit=3) for _ in range(4)]
     results = [in_thread(lambda h=h: h.acquire(blocking=False)) for h in handles]
@@ -175,6 +181,7 @@ def test_semaphore__limit_owners_hold_at_once(using: str) -> None:
     assert len(list(locks[using].iter_locks("live:sem"))) == 3
 
 
+@pytest.mark.needs("semaphores")
 def test_semaphore__a_release_hands_the_slot_to_a_waiter(using: str) -> None:
     holders = [lock("live:sem-wait", using=using, limit=2) for _ in range(2)]
     barrier = threading.Barrier(3)
@@ -444,6 +451,7 @@ def test_logging__a_zero_timeout_refusal_is_no_warning(
     assert caplog.text == ""
 
 
+@pytest.mark.needs("waiter_queue")
 def test_handoff__a_short_handed_over_lease_is_topped_up_to_the_full_lease(
     using: str, backend: BaseLockBackend
 ) -> None:

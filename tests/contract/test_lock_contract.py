@@ -1,4 +1,4 @@
-"""The lock contract: every test here runs on RedisBackend and on LocMemBackend."""
+"""The lock contract: every test here runs on every backend (see conftest.py)."""
 
 from __future__ import annotations
 
@@ -330,6 +330,7 @@ def test_force_release__only_the_named_owner(using: str, backend: BaseLockBacken
         assert not backend.locked("contract:force-owner")
 
 
+@pytest.mark.needs("semaphores")
 def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend) -> None:
     two = AcquireRequest(ttl=10, limit=2)
     assert backend.acquire("contract:sem", "a", two).acquired
@@ -344,6 +345,7 @@ def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend)
     assert backend.force_release("contract:sem") == 2
 
 
+@pytest.mark.needs("semaphores")
 def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     using: str, backend: BaseLockBackend
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -44,9 +44,19 @@ def in_thread(func: Callable[[], T]) -> T:
     return result[0]  # type: ignore[no-any-return]
 
 
-def locks_setting(url: str, prefix: str) -> dict[str, Any]:
-    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process."""
-    return {
+def locks_setting(
+    url: str,
+    prefix: str,
+    *,
+    cluster_nodes: Sequence[str] = (),
+    redlock_urls: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process.
+
+    Given their servers, 'cluster' (a Redis Cluster, ``host:port`` startup nodes) and
+    'redlock' (independent masters) are added; every alias keeps its keys under ``prefix``.
+    """
+    setting: dict[str, Any] = {
         "default": {
             "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
             "OPTIONS": {"url": url, "key_prefix": prefix},
@@ -56,6 +66,17 @@ def locks_setting(url: str, prefix: str) -> dict[str, Any]:
             "OPTIONS": {"key_prefix": prefix},
         },
     }
+    if cluster_nodes:
+        setting["cluster"] = {
+            "BACKEND": "django_redis_lock.backends.cluster.RedisClusterBackend",
+            "OPTIONS": {"startup_nodes": list(cluster_nodes), "key_prefix": prefix},
+        }
+    if redlock_urls:
+        setting["redlock"] = {
+            "BACKEND": "django_redis_lock.backends.redlock.RedlockBackend",
+            "OPTIONS": {"urls": list(redlock_urls), "key_prefix": prefix},
+        }
+    return setting
 
 
 def _announce_locks_changed(*, enter: bool) -> None:
