@@ -32,6 +32,7 @@ from django_redis_lock import (
 )
 from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, Grant, holder_metadata
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
+from tests.support.helpers import queued
 
 T = TypeVar("T")
 
@@ -64,18 +65,6 @@ async def in_task(func: Callable[[], Awaitable[T]]) -> T:
     the coroutine's body runs in the new task, so ``func`` itself must not read lock state.
     """
     return await asyncio.wait_for(asyncio.create_task(func()), 30)
-
-
-def queued(backend: BaseLockBackend, name: str) -> int:
-    """Return how many owners wait for ``name`` (from the backend's own bookkeeping)."""
-    from django_redis_lock.backends.locmem import LocMemBackend
-    from django_redis_lock.backends.redis import RedisBackend
-
-    if isinstance(backend, RedisBackend):
-        return int(backend.client.zcard(backend.key(name, "q")))
-    assert isinstance(backend, LocMemBackend)
-    entry = backend._locks.get(name)
-    return 0 if entry is None else len(entry.queue)
 
 
 async def not_locked(handle: AsyncLock) -> bool:

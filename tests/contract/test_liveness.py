@@ -16,7 +16,7 @@ from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, hol
 from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import eventually, in_thread
+from tests.support.helpers import eventually, in_thread, queued
 
 META = holder_metadata(host="h", pid=1, thread="t")
 
@@ -116,18 +116,6 @@ def test_fair__waiters_are_served_in_arrival_order(using: str, backend: BaseLock
     for thread in threads:
         thread.join(20)
     assert order == [0, 1, 2, 3, 4]
-
-
-def queued(backend: BaseLockBackend, name: str) -> int:
-    """Return how many owners wait for ``name`` (from the backend's own bookkeeping)."""
-    from django_redis_lock.backends.locmem import LocMemBackend
-    from django_redis_lock.backends.redis import RedisBackend
-
-    if isinstance(backend, RedisBackend):
-        return int(backend.client.zcard(f"{backend.key_prefix}:{{={name}}}:q"))
-    assert isinstance(backend, LocMemBackend)
-    entry = backend._locks.get(name)
-    return 0 if entry is None else len(entry.queue)
 
 
 @pytest.mark.needs("fair_order")

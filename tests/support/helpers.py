@@ -7,11 +7,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.test import override_settings
+
+if TYPE_CHECKING:
+    from django_redis_lock.backends.base import BaseLockBackend
 
 T = TypeVar("T")
 
@@ -42,6 +45,22 @@ def in_thread(func: Callable[[], T]) -> T:
     if errors:
         raise errors[0]
     return result[0]  # type: ignore[no-any-return]
+
+
+def queued(backend: BaseLockBackend, name: str) -> int:
+    """Return how many owners wait for ``name``, from the backend's own queue of waiters."""
+    from django_redis_lock.backends.locmem import LocMemBackend
+    from django_redis_lock.backends.redis import RedisBackend
+
+    if isinstance(backend, RedisBackend):
+        return int(backend.client.zcard(backend.key(name, "q")))
+    if isinstance(backend, LocMemBackend):
+        entry = backend._locks.get(name)
+        return 0 if entry is None else len(entry.queue)
+    raise AssertionError(
+        f"{type(backend).__name__} keeps no queue of waiters: mark the test "
+        '@pytest.mark.needs("waiter_queue")'
+    )
 
 
 def locks_setting(
