@@ -1,0 +1,1 @@
+"""The test suite: contract/, backends/, integrations/, and support/ (helpers, no tests)."""

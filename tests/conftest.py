@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import redis as redis_py
@@ -14,22 +13,7 @@ from django.test import override_settings
 from django_redis_lock import locks
 from django_redis_lock.backends.base import BaseLockBackend
 from django_redis_lock.testing import RedisServer
-
-BACKENDS = ["redis", "locmem"]
-
-
-def locks_setting(url: str, prefix: str) -> dict[str, Any]:
-    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process."""
-    return {
-        "default": {
-            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-            "OPTIONS": {"url": url, "key_prefix": prefix},
-        },
-        "locmem": {
-            "BACKEND": "django_redis_lock.backends.locmem.LocMemBackend",
-            "OPTIONS": {"key_prefix": prefix},
-        },
-    }
+from tests.support.helpers import locks_setting
 
 
 @pytest.fixture(autouse=True)
@@ -46,9 +30,12 @@ def prefix(_locks_on_test_server: str) -> str:
     return _locks_on_test_server
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=["redis", "locmem"])
 def using(request: pytest.FixtureRequest) -> str:
-    """Run a contract test once per backend: the alias to pass as ``using``."""
+    """Run a test once on Redis and once in process: the alias to pass as ``using``.
+
+    tests/contract/ overrides this fixture to run on every backend of the package.
+    """
     return "default" if request.param == "redis" else "locmem"
 
 

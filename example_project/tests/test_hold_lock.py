@@ -14,7 +14,7 @@ from shop.management.commands.hold_lock import Command
 from django_redis_lock import locks
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.testing import locmem_locks
-from tests.helpers import eventually
+from tests.support.helpers import eventually
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,1 @@
+"""What one backend does beyond the contract: Redis, Cluster, Sentinel, Redlock, faults."""

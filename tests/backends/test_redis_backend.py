@@ -1,0 +1,211 @@
+"""Behaviour specific to RedisBackend: key layout, scripts, SCAN, faults of the server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis as redis_py
+from redis.crc import key_slot
+
+from django_redis_lock import BackendUnavailableError, lock, locks
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
+from django_redis_lock.backends.redis import RedisBackend, redact_url
+from django_redis_lock.testing import RedisServer
+from tests.support.helpers import in_thread
+
+
+def keys_of(client: redis_py.Redis, prefix: str) -> list[str]:
+    return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*"))
+
+
+def test_keys__share_the_cluster_hash_tag(raw_redis: redis_py.Redis, prefix: str) -> None:
+    with lock("reports:daily"):
+        held = keys_of(raw_redis, prefix)
+    assert held == [f"{prefix}:{{=reports:daily}}:{kind}" for kind in ("d", "f", "h")]
+    tags = {key[key.index("{") + 1 : key.index("}")] for key in held}
+    assert tags == {"=reports:daily"}
+
+
+@pytest.mark.parametrize("name", ["}starts-with-a-brace", "}", "a}b{c}", "{x}"])
+def test_keys__of_a_name_with_braces_share_one_cluster_slot(
+    raw_redis: redis_py.Redis, prefix: str, name: str
+) -> None:
+    holder = lock(name)
+    with holder:
+        waiter = lock(name)
+        assert not in_thread(lambda: waiter.acquire(timeout=0.05))
+        held = keys_of(raw_redis, prefix)
+    assert {key.rsplit(":", 1)[-1] for key in held} >= {"d", "f", "h"}
+    assert len({key_slot(key.encode()) for key in held}) == 1, held
+
+
+def test_release__leaves_only_the_fencing_counter(raw_redis: redis_py.Redis, prefix: str) -> None:
+    handle = lock("leftover", ttl=30)
+    for _ in range(3):
+        with handle, lock("leftover"):
+            pass
+    assert keys_of(raw_redis, prefix) == [f"{prefix}:{{=leftover}}:f"]
+    counter_ttl = raw_redis.pttl(f"{prefix}:{{=leftover}}:f")
+    assert 86_000_000 < counter_ttl <= 86_430_000
+
+
+def test_lease__keys_expire_with_the_lease(raw_redis: redis_py.Redis, prefix: str) -> None:
+    with lock("expiring", ttl=7):
+        for kind in ("h", "d"):
+            assert 6000 < raw_redis.pttl(f"{prefix}:{{=expiring}}:{kind}") <= 7000
+
+
+def test_scripts__reloaded_after_script_flush(raw_redis: redis_py.Redis) -> None:
+    raw_redis.script_flush()
+    with lock("after-flush") as handle:
+        assert handle.owned()
+
+
+def test_renew__reloads_its_script_after_script_flush(raw_redis: redis_py.Redis) -> None:
+    backend = locks["default"]
+    with lock("renew-after-flush", ttl=5) as handle:
+        owner = handle._owner_token()
+        assert backend.renew([("renew-after-flush", owner, 20)]) == [20.0]
+        raw_redis.script_flush()  # as a restarted server would have no scripts
+        assert backend.renew([("renew-after-flush", owner, 30)]) == [30.0]
+
+
+def test_fencing_token__keeps_growing_after_the_counter_expired(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    with lock("fence-gone") as handle:
+        first = handle.fencing_token
+    raw_redis.delete(f"{prefix}:{{=fence-gone}}:f")
+    with lock("fence-gone") as handle:
+        second = handle.fencing_token
+    assert first is not None
+    assert second is not None
+    assert second > first
+
+
+def test_iter_locks__pages_through_more_keys_than_one_batch(raw_redis: redis_py.Redis) -> None:
+    backend = locks["default"]
+    assert isinstance(backend, RedisBackend)
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    for index in range(1200):
+        assert backend.acquire(
+            f"many:{index}", "owner", AcquireRequest(ttl=30, metadata=meta)
+        ).acquired
+    names = {info.name for info in backend.iter_locks("many:*", batch_size=100)}
+    assert names == {f"many:{index}" for index in range(1200)}
+    for index in range(1200):
+        backend.release(f"many:{index}", "owner")
+
+
+def test_iter_locks__ignores_other_keys_under_the_prefix(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    raw_redis.set(f"{prefix}:{{=not-a-lock}}:h", "a string, not a holders set")
+    raw_redis.hset(f"{prefix}:{{=stray}}:d", "x", "1")
+    with lock("real"):
+        assert [info.name for info in locks["default"].iter_locks()] == ["real"]
+
+
+def test_unix_socket__urls_work() -> None:
+    with RedisServer(unix_socket=True) as server:
+        backend = RedisBackend(url=server.url)
+        meta = holder_metadata(host="h", pid=1, thread="t")
+        assert backend.acquire("unix", "me", AcquireRequest(ttl=5, metadata=meta)).acquired
+        assert backend.release("unix", "me") == 0
+        backend.close()
+
+
+def test_unavailable__stopped_server_raises_backend_unavailable(own_server: RedisServer) -> None:
+    url = own_server.url.replace("redis://", "redis://:hunter2@")
+    own_server.stop()
+    backend = RedisBackend(url=url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.acquire("down", "me", AcquireRequest(ttl=5, metadata="{}"))
+    assert time.monotonic() - started < 2
+    assert caught.value.lock_name == "down"
+    assert "hunter2" not in str(caught.value)
+    assert isinstance(caught.value.__cause__, redis_py.ConnectionError)
+
+
+def test_unavailable__paused_server_fails_within_the_socket_timeout(
+    own_server: RedisServer,
+) -> None:
+    backend = RedisBackend(url=own_server.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    backend.ping()
+    own_server.pause()
+    try:
+        for call in (
+            lambda: backend.acquire("frozen", "me", AcquireRequest(ttl=5, metadata="{}")),
+            lambda: backend.release("frozen", "me"),
+            lambda: list(backend.iter_locks()),
+            backend.ping,
+        ):
+            started = time.monotonic()
+            with pytest.raises(BackendUnavailableError):
+                call()
+            assert time.monotonic() - started < 0.5 + 1.0
+    finally:
+        own_server.resume()
+    backend.close()
+    assert backend.acquire("frozen", "me", AcquireRequest(ttl=5, metadata="{}")).acquired, (
+        "recovers after"
+    )
+
+
+def test_unavailable__lock_calls_raise_backend_unavailable(own_server: RedisServer) -> None:
+    from django.test import override_settings
+
+    setting = {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": own_server.url, "socket_timeout": 0.5},
+        }
+    }
+    with override_settings(LOCKS=setting):
+        handle = lock("via-lock")
+        handle.acquire()
+        own_server.stop()
+        with pytest.raises(BackendUnavailableError):
+            handle.release()
+        with pytest.raises(BackendUnavailableError), lock("via-lock-2"):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@host:6379/0", "redis://:***@host:6379/0"),
+        ("redis://user:pw@host/0", "redis://user:***@host/0"),
+        ("rediss://host:6380", "rediss://host:6380"),
+        ("unix:///tmp/r.sock?db=1", "unix:///tmp/r.sock?db=1"),
+        ("redis://u:pw@[::1]:6379/0", "redis://u:***@[::1]:6379/0"),
+        ("unix:///tmp/r.sock?db=1&password=pw", "unix:///tmp/r.sock?db=1&password=***"),
+        # A password may hold '&': everything after password= is hidden.
+        ("redis://host/0?password=pw&ssl_cert_reqs=none", "redis://host/0?password=***"),
+    ],
+)
+def test_redact_url__hides_passwords(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    shown_by_repr = repr(RedisBackend(url=url))
+    assert shown in shown_by_repr
+    assert ":pw@" not in shown_by_repr
+
+
+@pytest.mark.slow  # redis-py asks each unreachable sentinel in turn
+def test_sentinel__errors_name_the_service_not_the_url_host() -> None:
+    backend = RedisBackend(
+        url="redis://:secret@nohost.invalid:1/0",
+        sentinels=["127.0.0.1:1"],
+        service_name="orders",
+        socket_timeout=0.2,
+        socket_connect_timeout=0.2,
+    )
+    with pytest.raises(BackendUnavailableError) as caught:
+        backend.ping()
+    message = str(caught.value)
+    assert message.startswith("The Redis primary 'orders' (found by Sentinel) is unavailable: ")
+    assert "nohost" not in message
+    assert "secret" not in message
+    backend.close()

@@ -1,0 +1,255 @@
+"""A Celery app for the tests: tasks that record what they do in Redis.
+
+The test suite starts a real worker on it (``celery -A tests.support.celery_app worker``) with the
+broker, the result backend and the locks on its throw-away redis-server, given by the
+environment: ``DRL_CELERY_URL`` and ``DRL_CELERY_PREFIX``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+django.setup()
+
+import redis  # noqa: E402
+from celery import Celery, Task, current_task, shared_task  # noqa: E402
+from celery.signals import task_postrun  # noqa: E402
+from django.test import override_settings  # noqa: E402
+
+from django_redis_lock import locks  # noqa: E402
+from django_redis_lock.celery import single_instance  # noqa: E402
+from tests.support.helpers import locks_setting  # noqa: E402
+
+URL = os.environ.get("DRL_CELERY_URL", "redis://127.0.0.1:1/0")
+PREFIX = os.environ.get("DRL_CELERY_PREFIX", "celery-tests")
+
+if os.environ.get("DRL_CELERY_WORKER"):
+    override_settings(LOCKS=locks_setting(URL, PREFIX)).enable()
+
+app = Celery("tests", broker=URL, backend=URL, set_as_current=True)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    result_expires=600,
+    task_default_queue=f"{PREFIX}-queue",
+)
+
+_client: redis.Redis | None = None
+
+
+def _redis() -> redis.Redis:
+    global _client  # noqa: PLW0603
+    if _client is None:
+        _client = redis.Redis.from_url(URL)
+    return _client
+
+
+def record(event: str, **fields: Any) -> None:
+    """Append one event (with the process id and a system-wide monotonic time) to the log."""
+    fields.update(event=event, pid=os.getpid(), at=time.monotonic_ns())
+    _redis().rpush(f"{PREFIX}:events", json.dumps(fields))
+
+
+def work(task: str, run: object, seconds: float) -> object:
+    record("start", task=task, run=run)
+    time.sleep(seconds)
+    record("end", task=task, run=run)
+    return run
+
+
+@app.task(bind=True)
+@single_instance()
+def exclusive(self: Any, run: int, seconds: float = 0.2) -> object:
+    return work("exclusive", run, seconds)
+
+
+@app.task
+@single_instance(key="{customer_id}")
+def bill(customer_id: int, run: int, seconds: float = 0.5) -> object:
+    return work(f"bill:{customer_id}", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(on_conflict="raise")
+def strict(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("strict", run, seconds)
+
+
+@app.task(bind=True, max_retries=50)
+@single_instance(on_conflict="retry", countdown=0.2)
+def retrying(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("retrying", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(on_conflict="wait", timeout=10)
+def patient(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("patient", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(limit=2)
+def pair(self: Any, run: int, seconds: float = 0.5) -> object:
+    return work("pair", run, seconds)
+
+
+@shared_task(bind=True)
+@single_instance(ttl=1)
+def long_running(self: Any, run: int, seconds: float = 3.0) -> object:
+    return work("long_running", run, seconds)
+
+
+@app.task(bind=True, max_retries=3)
+@single_instance()
+def retry_once(self: Any) -> object:
+    record("start", task="retry_once", run=self.request.retries)
+    if self.request.retries == 0:
+        retry = self.retry(countdown=0, throw=False)  # published now, under the same task id
+        time.sleep(0.5)  # still running: the retried run must find the lock free regardless
+        raise retry
+    [held] = locks["default"].lock_info(f"celery:{self.name}")
+    record("end", task="retry_once", run=self.request.retries, holds=held.holds)
+    return self.request.retries
+
+
+@app.task(bind=True)
+@single_instance(ttl=30, on_conflict="wait", timeout=10)
+def stuck(self: Any, run: int, seconds: float = 60.0) -> object:
+    """A run the tests kill, revoke or time out; the next one waits for the lock, not 30 s."""
+    return work("stuck", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(ttl=30, on_conflict="wait", timeout=10)
+def stubborn(self: Any, run: int, seconds: float = 60.0) -> object:
+    """A run that ignores SIGTERM, so only SIGKILL ends it; it beats until then."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # process-wide: every thread ignores it
+    record("start", task="stubborn", run=run)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        record("beat", task="stubborn", run=run)
+        time.sleep(0.02)
+    record("end", task="stubborn", run=run)
+    return run
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@single_instance(ttl=30)
+def redelivered(self: Any, run: int) -> object:
+    """A run whose first delivery is killed; Celery then redelivers it (same task id)."""
+    deliveries = _redis().incr(f"{PREFIX}:deliveries:{self.request.id}")
+    record("start", task="redelivered", run=run, delivery=deliveries)
+    time.sleep(60 if deliveries == 1 else 0.1)
+    return deliveries
+
+
+@app.task
+def ping() -> str:
+    return "pong"
+
+
+@task_postrun.connect
+def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> None:
+    # Sent for every run that returned, a skipped one included.
+    record("done", task=task.name, id=task_id, result=repr(retval))
+
+
+# Every shape of task a user writes, for the tests of abnormal ends: @app.task and
+# @shared_task, bound and not, under each kind of key. Each run records the lock it holds and
+# sleeps until it is killed, revoked or out of time.
+
+SHAPE_KEYS = ("none", "template", "list", "callable")
+
+
+def _unbound_key(customer_id: int, kind: str = "monthly") -> str:
+    return f"c{customer_id}.{kind}"
+
+
+def _bound_key(task: Task, customer_id: int, kind: str = "monthly") -> str:
+    # A bound task's function gets the task first: so does a callable key.
+    return f"c{customer_id}.{kind}"
+
+
+def hold_until_ended() -> None:
+    """Record the run's start and the name of the lock it holds; sleep for a minute.
+
+    SIGTERM is ignored, as by a body stuck in C code: a child would otherwise leave the body
+    on the SIGTERM that comes before the SIGKILL of a hard time limit, and free its lock
+    itself, and only the worker's main process is to free it here.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    task_id = current_task.request.id
+    [name] = [
+        info.name
+        for info in locks["default"].iter_locks("celery:*")
+        if info.metadata.get("task_id") == task_id
+    ]
+    record("start", task=current_task.name, id=task_id, lock=name)
+    time.sleep(60)
+
+
+def _shape(decorator: str, bound: bool, key_kind: str) -> Any:
+    name = f"shape.{decorator}.{'bound' if bound else 'unbound'}.{key_kind}"
+    key = {
+        "none": None,
+        "template": "{customer_id}-{kind}",
+        "list": ["customer_id", "kind"],
+        "callable": _bound_key if bound else _unbound_key,
+    }[key_kind]
+    register = app.task if decorator == "app" else shared_task
+    if bound:
+
+        def run(self: Task, customer_id: int, kind: str = "monthly") -> None:
+            hold_until_ended()
+
+    else:
+
+        def run(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
+            hold_until_ended()
+
+    return register(name=name, bind=bound)(single_instance(key, ttl=60)(run))
+
+
+SHAPES = {
+    (decorator, bound, key_kind): _shape(decorator, bound, key_kind)
+    for decorator in ("app", "shared")
+    for bound in (True, False)
+    for key_kind in SHAPE_KEYS
+}
+
+
+@shared_task(bind=True)
+@single_instance(key="{customer_id}", on_conflict="skip", ttl=60)
+def bill_as_documented(self: Task, customer_id: int) -> None:
+    """The docs' own example, to the letter."""
+    hold_until_ended()
+
+
+@app.task(bind=True, autoretry_for=(ConnectionError,), name="shape.app.autoretry.template")
+@single_instance(key="{customer_id}-{kind}", ttl=60)
+def autoretrying(self: Task, customer_id: int, kind: str = "monthly") -> None:
+    """A bound task whose ``run`` Celery wraps (autoretry_for) in an attribute of the task."""
+    hold_until_ended()
+
+
+class MethodShape(Task):  # type: ignore[misc]
+    """A task class whose ``run`` method is decorated."""
+
+    name = "shape.class.method.template"
+
+    @single_instance(key="{customer_id}-{kind}", ttl=60)
+    def run(self, customer_id: int, kind: str = "monthly") -> None:
+        hold_until_ended()
+
+
+method_shape = app.register_task(MethodShape())

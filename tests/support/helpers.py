@@ -1,0 +1,160 @@
+"""Small helpers shared by tests and the worker processes they start."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.test import override_settings
+
+if TYPE_CHECKING:
+    from django_redis_lock.backends.base import BaseLockBackend
+
+T = TypeVar("T")
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Wait until ``predicate()`` holds (a lease that must end, say); fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        time.sleep(0.005)
+
+
+def in_thread(func: Callable[[], T]) -> T:
+    """Run ``func`` in another thread (another lock owner) and return its result."""
+    result: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(func())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    if errors:
+        raise errors[0]
+    return result[0]  # type: ignore[no-any-return]
+
+
+def queued(backend: BaseLockBackend, name: str) -> int:
+    """Return how many owners wait for ``name``, from the backend's own queue of waiters."""
+    from django_redis_lock.backends.locmem import LocMemBackend
+    from django_redis_lock.backends.redis import RedisBackend
+
+    if isinstance(backend, RedisBackend):
+        return int(backend.client.zcard(backend.key(name, "q")))
+    if isinstance(backend, LocMemBackend):
+        entry = backend._locks.get(name)
+        return 0 if entry is None else len(entry.queue)
+    raise AssertionError(
+        f"{type(backend).__name__} keeps no queue of waiters: mark the test "
+        '@pytest.mark.needs("waiter_queue")'
+    )
+
+
+def locks_setting(
+    url: str,
+    prefix: str,
+    *,
+    cluster_nodes: Sequence[str] = (),
+    redlock_urls: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process.
+
+    Given their servers, 'cluster' (a Redis Cluster, ``host:port`` startup nodes) and
+    'redlock' (independent masters) are added; every alias keeps its keys under ``prefix``.
+    """
+    setting: dict[str, Any] = {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": url, "key_prefix": prefix},
+        },
+        "locmem": {
+            "BACKEND": "django_redis_lock.backends.locmem.LocMemBackend",
+            "OPTIONS": {"key_prefix": prefix},
+        },
+    }
+    if cluster_nodes:
+        setting["cluster"] = {
+            "BACKEND": "django_redis_lock.backends.cluster.RedisClusterBackend",
+            "OPTIONS": {"startup_nodes": list(cluster_nodes), "key_prefix": prefix},
+        }
+    if redlock_urls:
+        setting["redlock"] = {
+            "BACKEND": "django_redis_lock.backends.redlock.RedlockBackend",
+            "OPTIONS": {"urls": list(redlock_urls), "key_prefix": prefix},
+        }
+    return setting
+
+
+def _announce_locks_changed(*, enter: bool) -> None:
+    # Deleting a setting sends no setting_changed; send it as override_settings would.
+    setting_changed.send(
+        sender=type(settings._wrapped),
+        setting="LOCKS",
+        value=getattr(settings, "LOCKS", None),
+        enter=enter,
+    )
+
+
+@contextmanager
+def without_locks_setting() -> Iterator[None]:
+    """Run the block as if settings.py had no LOCKS at all."""
+    override = override_settings()
+    override.enable()
+    try:
+        del settings.LOCKS
+        _announce_locks_changed(enter=True)
+        yield
+    finally:
+        override.disable()
+        _announce_locks_changed(enter=False)
+
+
+class SlowLink:
+    """A TCP proxy on loopback that delays every chunk by ``delay`` seconds each way.
+
+    A real network farther away than the lease is long: what a lock sees when its Redis is a
+    few milliseconds away and its ``ttl`` shorter than that.
+    """
+
+    def __init__(self, host: str, port: int, delay: float) -> None:
+        self.target, self.delay = (host, port), delay
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return  # closed
+            upstream = socket.create_connection(self.target)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                time.sleep(self.delay)
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                end.close()
+
+    def close(self) -> None:
+        self.server.close()
