@@ -254,13 +254,9 @@ def plural(count: int, noun: str) -> str:
 
 
 def location(backend: BaseLockBackend) -> str:
-    """Return the backend's class and server, any password in its URL redacted."""
-    place = getattr(backend, "location", None)
-    if isinstance(place, str):
-        return f"{type(backend).__name__} at {place}"
-    url = getattr(backend, "url", None)
-    where = f" at {redact_url(url)}" if isinstance(url, str) else ""
-    return f"{type(backend).__name__}{where}"
+    """Return the backend's class and where it keeps its locks (never a password)."""
+    name, place = type(backend).__name__, backend.location
+    return name if place == name else f"{name} at {place}"
 
 
 def one_line(exc: BaseException) -> str:
