@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import itertools
 import logging
 import multiprocessing
@@ -18,7 +17,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,6 +34,7 @@ from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_acquired
 from django_redis_lock.testing import RedisServer
 from tests.support import workers
+from tests.support.helpers import aeventually as eventually
 from tests.support.helpers import eventually as eventually_sync
 from tests.support.helpers import in_thread
 
@@ -42,22 +42,6 @@ spawn = multiprocessing.get_context("spawn")
 
 
 # Helpers -------------------------------------------------------------------------------------
-
-
-async def eventually(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0
-) -> None:
-    """Wait until ``predicate()`` (awaited if need be) holds, without blocking the loop."""
-    deadline = time.monotonic() + timeout
-    while True:
-        outcome = predicate()
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-        if outcome:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(0.005)
 
 
 def traces(backend: BaseLockBackend, raw_redis: redis_py.Redis, name: str, owner: str) -> set[str]:

@@ -32,6 +32,7 @@ from django_redis_lock import (
 )
 from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, Grant, holder_metadata
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
+from tests.support.helpers import aeventually as eventually
 from tests.support.helpers import queued
 
 T = TypeVar("T")
@@ -40,22 +41,6 @@ META = holder_metadata(host="h", pid=1, thread="t")
 
 #: Another process, waiting for a lock: registered for 5 seconds.
 WAITING = AcquireRequest(ttl=10, metadata=META, wait=5)
-
-
-async def eventually(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0
-) -> None:
-    """Wait until ``predicate()`` (awaited if need be) holds; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        outcome = predicate()
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-        if outcome:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(0.005)
 
 
 async def in_task(func: Callable[[], Awaitable[T]]) -> T:

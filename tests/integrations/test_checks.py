@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import re
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +18,12 @@ from django.utils.module_loading import import_string
 
 from django_redis_lock import InvalidLockBackendError, locks
 from django_redis_lock.backends.redis import RedisBackend
-from tests.support.helpers import without_locks_setting
+from tests.support.helpers import python_without_settings, without_locks_setting
 
 REDIS = "django_redis_lock.backends.redis.RedisBackend"
 LOCMEM = "django_redis_lock.backends.locmem.LocMemBackend"
 REDLOCK = "django_redis_lock.backends.redlock.RedlockBackend"
 CLUSTER = "django_redis_lock.backends.cluster.RedisClusterBackend"
-ROOT = Path(__file__).resolve().parents[2]
 #: Nothing listens on port 1: a check that connected there would fail.
 DOWN_URL = "redis://127.0.0.1:1/0"
 SECRET = "s3cret"
@@ -779,14 +774,5 @@ def test_check__conf_and_a_locmem_setting_import_no_redis() -> None:
         print(sorted(name for name in sys.modules if name.partition(".")[0] == "redis"))
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = python_without_settings(code)
     assert (result.returncode, result.stdout, result.stderr) == (0, "[]\n", "")

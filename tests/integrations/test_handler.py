@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,14 +16,13 @@ from django_redis_lock import InvalidLockBackendError, LockError, lock, locks
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.conf import get_locks_setting
-from tests.support.helpers import without_locks_setting
+from tests.support.helpers import python_without_settings, without_locks_setting
 
 REDIS = "django_redis_lock.backends.redis.RedisBackend"
 LOCMEM = "django_redis_lock.backends.locmem.LocMemBackend"
 #: Nothing listens on port 1; no test here sends it a command anyway.
 DOWN_URL = "redis://127.0.0.1:1/0"
 SECRET = "s3cret"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 # Building and caching -----------------------------------------------------------------------
@@ -235,16 +230,7 @@ def test_lock__at_import_time_reads_no_settings() -> None:
         print("ok")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = python_without_settings(code)
     assert (result.returncode, result.stdout, result.stderr) == (0, "ok\n", "")
 
 

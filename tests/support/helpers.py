@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.conf import settings
@@ -26,6 +32,22 @@ def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached within {timeout}s")
         time.sleep(0.005)
+
+
+async def aeventually(
+    predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0
+) -> None:
+    """Wait until ``predicate()`` (awaited if need be) holds, without blocking the loop."""
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = predicate()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await asyncio.sleep(0.005)
 
 
 def in_thread(func: Callable[[], T]) -> T:
@@ -158,3 +180,17 @@ class SlowLink:
 
     def close(self) -> None:
         self.server.close()
+
+
+def python_without_settings(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter at the repository root, with no settings module."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
