@@ -83,6 +83,17 @@ def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None 
     )
 
 
+def validate_switch_duration(value: object, *, argument: str) -> float:
+    """Return ``value`` as seconds if it is from 0 (off) to :data:`MAX_SECONDS`."""
+    return _seconds(
+        value,
+        argument=argument,
+        lock_name=None,
+        at_least=0,
+        must="a finite number of seconds >= 0 (0: off)",
+    )
+
+
 def validate_timeout(
     value: object, *, argument: str = "timeout", lock_name: str | None = None
 ) -> float | None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .._validation import validate_ttl
+from .._validation import validate_switch_duration, validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
 
 __all__ = ["OptionRules", "Problem"]
@@ -53,6 +53,8 @@ class OptionRules:
     connection_options_described: ClassVar[str] = ""
     #: OPTIONS that are durations in seconds, each checked as a ``ttl`` argument is.
     duration_options: ClassVar[frozenset[str]] = frozenset({"ttl"})
+    #: Duration OPTIONS that may also be 0, which turns off what they time.
+    switch_duration_options: ClassVar[frozenset[str]] = frozenset()
 
     def __new__(cls: type[_Backend], *args: Any, **options: Any) -> _Backend:
         found = cls.check_options(options, where=f"{cls.__name__} OPTIONS")
@@ -74,10 +76,10 @@ class OptionRules:
         """Return what is wrong with ``options``, named ``where`` as in :meth:`check_options`.
 
         Every backend gets these rules: no unknown key (E007), every duration option a number
-        of seconds from 1 ms to ten years (E009), a ``key_prefix`` that is a non-empty string
-        without braces (E010). A subclass adds its own, extending the list of
-        ``super().option_problems(options, where=where)``; :meth:`own_problem` phrases one
-        that only it knows (E014).
+        of seconds from 1 ms (or 0, for a switch) to ten years (E009), a ``key_prefix`` that
+        is a non-empty string without braces (E010). A subclass adds its own, extending the
+        list of ``super().option_problems(options, where=where)``; :meth:`own_problem`
+        phrases one that only it knows (E014).
         """
         found = []
         unknown = sorted(set(options) - cls.options - cls.connection_options)
@@ -96,8 +98,12 @@ class OptionRules:
         for option in options:
             if option not in cls.duration_options:
                 continue
+            argument = f"{where}[{option!r}]"
             try:
-                validate_ttl(options[option], argument=f"{where}[{option!r}]")
+                if option in cls.switch_duration_options:
+                    validate_switch_duration(options[option], argument=argument)
+                else:
+                    validate_ttl(options[option], argument=argument)
             except InvalidLockArgumentError as exc:
                 found.append(
                     Problem(

@@ -187,7 +187,7 @@ class RedisClusterBackend(RedisBackend):
             while index < len(primaries) and len(keys) < count:
                 node = cluster.get_node(node_name=primaries[index])
                 position, found = node.redis_connection.scan(
-                    position, match=self._match(pattern), count=max(count, 100), _type="zset"
+                    position, match=self._match(pattern), count=max(count, 100), _type="hash"
                 )
                 keys.extend(k if isinstance(k, bytes) else k.encode() for k in found)
                 if position == 0:

@@ -60,7 +60,9 @@ class RedisBackend(RedisKeyspace):
     """Locks stored on one Redis server.
 
     OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
-    (default lease), ``fencing_ttl`` (how long a fencing counter outlives its lock),
+    (default lease), ``fencing_ttl`` (0, the default: fencing tokens come from the server's
+    clock and nothing is kept after a release; more: a durable counter per name, kept that
+    long after its last lease),
     ``socket_timeout`` and ``socket_connect_timeout`` (seconds; every call fails within them
     when Redis is unreachable), and any keyword argument of redis-py's connection pool
     (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
@@ -84,6 +86,7 @@ class RedisBackend(RedisKeyspace):
         "socket_connect_timeout",
         "wait_replicas_timeout",
     }
+    switch_duration_options: ClassVar[frozenset[str]] = frozenset({"fencing_ttl"})
     #: The schemes ``url`` may have.
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 
@@ -93,7 +96,7 @@ class RedisBackend(RedisKeyspace):
         url: str = "redis://127.0.0.1:6379/0",
         key_prefix: str = "lock",
         ttl: float = 30.0,
-        fencing_ttl: float = 86400.0,
+        fencing_ttl: float = 0.0,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
         sentinels: Sequence[SentinelAddress] | None = None,
@@ -112,7 +115,8 @@ class RedisBackend(RedisKeyspace):
         )  # WAIT's arguments
         self.url = url
         self.fencing_ttl = float(fencing_ttl)
-        self._fencing_arg = str(ms(self.fencing_ttl)).encode()  # encoded once, sent often
+        # Encoded once, sent often; 0: no durable fencing counter.
+        self._fencing_arg = str(round(self.fencing_ttl * 1000)).encode()
         timeout = float(socket_timeout)
         # A blocking wait must end before the socket timeout would cut it off.
         self.max_wait = max(0.01, min(5.0, timeout - min(0.5, timeout / 4)))

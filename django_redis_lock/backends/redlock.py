@@ -53,6 +53,7 @@ class RedlockBackend(BaseLockBackend):
     """
 
     duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | _DURATIONS
+    switch_duration_options: ClassVar[frozenset[str]] = frozenset({"fencing_ttl"})
     options: ClassVar[frozenset[str]] = (
         BaseLockBackend.options | _DURATIONS | {"urls", "clock_drift_factor"}
     )
@@ -70,7 +71,7 @@ class RedlockBackend(BaseLockBackend):
         urls: Sequence[str] = (),
         key_prefix: str = "lock",
         ttl: float = 30.0,
-        fencing_ttl: float = 86400.0,
+        fencing_ttl: float = 0.0,
         socket_timeout: float = 0.2,
         socket_connect_timeout: float = 0.2,
         clock_drift_factor: float = 0.01,

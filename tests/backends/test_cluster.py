@@ -47,7 +47,7 @@ pytestmark = pytest.mark.slow
 CLUSTER_BACKEND = "django_redis_lock.backends.cluster.RedisClusterBackend"
 META = holder_metadata(host="h", pid=1, thread="t")
 #: Every kind of key a lock can have (see lua/_prelude.lua), but the wake-up lists.
-KINDS = ("h", "d", "f", "q", "w")
+KINDS = ("h", "q", "w")
 #: A 'default' alias, so that the checks have nothing to say but about the cluster's.
 LOCMEM_DEFAULT = {"default": {"BACKEND": "django_redis_lock.backends.locmem.LocMemBackend"}}
 
@@ -175,7 +175,7 @@ ODD_NAMES = ["}starts", "}", "}}", "a{b}c", "{x}", "}{", "{", "ünï{cödé}🔒
 def test_slots__every_key_of_a_lock_is_in_one_slot(
     backend: RedisClusterBackend, name: str
 ) -> None:
-    """Holders, data, fence, queue, waiters and the wake-up list: one slot, for any name."""
+    """Holders, queue, waiters and the wake-up list: one slot, for any name."""
     holder = lock(name, using="cluster")
     assert holder.acquire()
     # A waiter that registers and never comes: its queue and waiter records stay, and the

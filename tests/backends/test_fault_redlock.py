@@ -45,7 +45,7 @@ def redlock(masters: list[RedisServer], prefix: str) -> Iterator[RedlockBackend]
 def holders(server: RedisServer, redlock: RedlockBackend, name: str) -> list[bytes]:
     client = redis_py.Redis.from_url(server.url)
     try:
-        return list(client.zrange(redlock.nodes[0].key(name), 0, -1))
+        return list(client.hkeys(redlock.nodes[0].key(name)))
     finally:
         client.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -12,48 +13,64 @@ from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import in_thread
+from tests.support.helpers import eventually
 
 
 def keys_of(client: redis_py.Redis, prefix: str) -> list[str]:
     return sorted(k.decode() for k in client.scan_iter(match=f"{prefix}:*"))
 
 
-def test_keys__share_the_cluster_hash_tag(raw_redis: redis_py.Redis, prefix: str) -> None:
-    with lock("reports:daily"):
+def test_keys__a_held_lock_is_one_hash(raw_redis: redis_py.Redis, prefix: str) -> None:
+    with lock("reports:daily") as handle:
         held = keys_of(raw_redis, prefix)
-    assert held == [f"{prefix}:{{=reports:daily}}:{kind}" for kind in ("d", "f", "h")]
-    tags = {key[key.index("{") + 1 : key.index("}")] for key in held}
-    assert tags == {"=reports:daily"}
+        [(owner, record)] = raw_redis.hgetall(held[0]).items()
+        token = handle.fencing_token
+    assert held == [f"{prefix}:{{=reports:daily}}:h"]
+    assert owner.decode() == handle._owner_token()
+    assert record.split(b" ")[2] == str(token).encode()
 
 
-@pytest.mark.parametrize("name", ["}starts-with-a-brace", "}", "a}b{c}", "{x}"])
+@pytest.mark.parametrize("name", ["reports:daily", "}starts-with-a-brace", "}", "a}b{c}", "{x}"])
 def test_keys__of_a_name_with_braces_share_one_cluster_slot(
     raw_redis: redis_py.Redis, prefix: str, name: str
 ) -> None:
     holder = lock(name)
     with holder:
         waiter = lock(name)
-        assert not in_thread(lambda: waiter.acquire(timeout=0.05))
+        waiting = threading.Thread(target=lambda: waiter.acquire(timeout=5) and waiter.release())
+        waiting.start()
+        eventually(lambda: len(keys_of(raw_redis, prefix)) == 3)  # holders, queue, waiters
         held = keys_of(raw_redis, prefix)
-    assert {key.rsplit(":", 1)[-1] for key in held} >= {"d", "f", "h"}
+    waiting.join(5)
+    assert {key.rsplit(":", 1)[-1] for key in held} == {"h", "q", "w"}
     assert len({key_slot(key.encode()) for key in held}) == 1, held
 
 
-def test_release__leaves_only_the_fencing_counter(raw_redis: redis_py.Redis, prefix: str) -> None:
+def test_release__leaves_no_key(raw_redis: redis_py.Redis, prefix: str) -> None:
     handle = lock("leftover", ttl=30)
     for _ in range(3):
         with handle, lock("leftover"):
             pass
+    assert keys_of(raw_redis, prefix) == []
+
+
+def test_release__with_fencing_ttl_leaves_only_the_durable_counter(
+    raw_redis: redis_py.Redis, redis_url: str, prefix: str
+) -> None:
+    backend = RedisBackend(url=redis_url, key_prefix=prefix, fencing_ttl=86400)
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    for _ in range(3):
+        assert backend.acquire("leftover", "owner", AcquireRequest(ttl=30, metadata=meta)).acquired
+        assert backend.release("leftover", "owner") == 0
     assert keys_of(raw_redis, prefix) == [f"{prefix}:{{=leftover}}:f"]
     counter_ttl = raw_redis.pttl(f"{prefix}:{{=leftover}}:f")
     assert 86_000_000 < counter_ttl <= 86_430_000
+    backend.close()
 
 
-def test_lease__keys_expire_with_the_lease(raw_redis: redis_py.Redis, prefix: str) -> None:
+def test_lease__the_key_expires_with_the_lease(raw_redis: redis_py.Redis, prefix: str) -> None:
     with lock("expiring", ttl=7):
-        for kind in ("h", "d"):
-            assert 6000 < raw_redis.pttl(f"{prefix}:{{=expiring}}:{kind}") <= 7000
+        assert 6000 < raw_redis.pttl(f"{prefix}:{{=expiring}}:h") <= 7000
 
 
 def test_scripts__reloaded_after_script_flush(raw_redis: redis_py.Redis) -> None:
@@ -71,17 +88,49 @@ def test_renew__reloads_its_script_after_script_flush(raw_redis: redis_py.Redis)
         assert backend.renew([("renew-after-flush", owner, 30)]) == [30.0]
 
 
-def test_fencing_token__keeps_growing_after_the_counter_expired(
+def test_fencing_token__grows_with_no_key_kept_between_holders(
     raw_redis: redis_py.Redis, prefix: str
 ) -> None:
-    with lock("fence-gone") as handle:
-        first = handle.fencing_token
+    tokens = []
+    for _ in range(3):
+        with lock("fence-free") as handle:
+            tokens.append(handle.fencing_token)
+        assert keys_of(raw_redis, prefix) == []
+    raw_redis.flushdb()  # as if the server restarted empty
+    with lock("fence-free") as handle:
+        tokens.append(handle.fencing_token)
+    assert tokens == sorted(tokens), tokens
+    assert len(set(tokens)) == 4, tokens
+
+
+def test_fencing_token__keeps_growing_after_the_durable_counter_expired(
+    raw_redis: redis_py.Redis, redis_url: str, prefix: str
+) -> None:
+    backend = RedisBackend(url=redis_url, key_prefix=prefix, fencing_ttl=3600)
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    first = backend.acquire("fence-gone", "owner", AcquireRequest(ttl=30, metadata=meta))
+    backend.release("fence-gone", "owner")
     raw_redis.delete(f"{prefix}:{{=fence-gone}}:f")
-    with lock("fence-gone") as handle:
-        second = handle.fencing_token
-    assert first is not None
-    assert second is not None
-    assert second > first
+    second = backend.acquire("fence-gone", "owner", AcquireRequest(ttl=30, metadata=meta))
+    backend.release("fence-gone", "owner")
+    backend.close()
+    assert first.fencing_token is not None
+    assert second.fencing_token is not None
+    assert second.fencing_token > first.fencing_token
+
+
+def test_fencing_token__the_durable_counter_outruns_a_clock_stepped_back(
+    raw_redis: redis_py.Redis, redis_url: str, prefix: str
+) -> None:
+    # A counter far ahead of the clock stands for tokens issued before the clock stepped back.
+    backend = RedisBackend(url=redis_url, key_prefix=prefix, fencing_ttl=3600)
+    ahead = 5 * 10**15  # microseconds: the year 2128
+    raw_redis.set(f"{prefix}:{{=stepped}}:f", ahead)
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    result = backend.acquire("stepped", "owner", AcquireRequest(ttl=30, metadata=meta))
+    backend.release("stepped", "owner")
+    backend.close()
+    assert result.fencing_token == ahead + 1
 
 
 def test_iter_locks__pages_through_more_keys_than_one_batch(raw_redis: redis_py.Redis) -> None:
@@ -101,8 +150,8 @@ def test_iter_locks__pages_through_more_keys_than_one_batch(raw_redis: redis_py.
 def test_iter_locks__ignores_other_keys_under_the_prefix(
     raw_redis: redis_py.Redis, prefix: str
 ) -> None:
-    raw_redis.set(f"{prefix}:{{=not-a-lock}}:h", "a string, not a holders set")
-    raw_redis.hset(f"{prefix}:{{=stray}}:d", "x", "1")
+    raw_redis.set(f"{prefix}:{{=not-a-lock}}:h", "a string, not a holders hash")
+    raw_redis.hset(f"{prefix}:{{=stray}}:w", "x", "1")
     with lock("real"):
         assert [info.name for info in locks["default"].iter_locks()] == ["real"]
 

@@ -91,7 +91,7 @@ def clients(urls: list[str]) -> Iterator[list[redis_py.Redis]]:
 
 def holders_on(clients: list[redis_py.Redis], prefix: str, name: str) -> list[list[bytes]]:
     key = RedlockBackend(urls=["redis://a/0", "redis://b/0", "redis://c/0"], key_prefix=prefix)
-    return [c.zrange(key.nodes[0].key(name), 0, -1) for c in clients]
+    return [c.hkeys(key.nodes[0].key(name)) for c in clients]
 
 
 # Configuration ---------------------------------------------------------------------------------

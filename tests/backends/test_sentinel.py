@@ -105,7 +105,7 @@ def primary_client(topology: SentinelRedis) -> redis_py.Redis:
 def holders(topology: SentinelRedis, name: str) -> list[bytes]:
     conn = primary_client(topology)
     try:
-        found: Any = conn.zrange(backend_of("sentinel").key(name), 0, -1)
+        found: Any = conn.hkeys(backend_of("sentinel").key(name))
         return list(found)
     finally:
         conn.close()

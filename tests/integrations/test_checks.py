@@ -476,6 +476,8 @@ DURATIONS = [
     "fencing_ttl",
     "wait_replicas_timeout",
 ]
+#: The durations that 0 turns off.
+SWITCHES = {"fencing_ttl"}
 
 
 @pytest.mark.parametrize("option", DURATIONS)
@@ -491,6 +493,12 @@ DURATIONS = [
     ],
 )  # fmt: skip
 def test_check__duration_out_of_range__E009(option: str, value: object, must: str) -> None:
+    if option in SWITCHES and must.startswith("be a finite number of seconds of at least"):
+        must = "be a finite number of seconds >= 0 (0: off), got"
+        if value in (0, 0.0009):  # 0 turns it off; anything above is a duration
+            with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
+                assert lock_checks() == []
+            return
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == [
             Error(

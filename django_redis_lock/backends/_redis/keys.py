@@ -1,7 +1,8 @@
 """What every Redis lock backend shares: the key layout, error messages, and listing.
 
 A lock's keys all carry the hash tag ``{=name}`` (see ``lua/_prelude.lua``). Listing finds
-the holders keys with ``SCAN`` (never ``KEYS``) and reads each batch in one pipeline.
+the holders keys (hashes of holder records) with ``SCAN`` (never ``KEYS``) and reads each
+batch in one pipeline.
 """
 
 from __future__ import annotations
@@ -40,10 +41,6 @@ class RedisKeyspace(BaseLockBackend):
         """
         return f"{self.key_prefix}:{{={name}}}:{kind}"
 
-    def keys(self, name: str) -> tuple[str, str, str]:
-        """Return the holders, data and fence keys of lock ``name``."""
-        return self.key(name), self.key(name, "d"), self.key(name, "f")
-
     def _match(self, pattern: str) -> str:
         # The SCAN pattern of the holders keys of the locks whose names match ``pattern``.
         return f"{glob_escape(self.key_prefix)}:{{={pattern}}}:{_SUFFIX_HOLDERS}"
@@ -78,7 +75,7 @@ class RedisKeyspace(BaseLockBackend):
         match = self._match(pattern)
         with self._errors(None):
             batch: list[bytes] = []
-            for key in self.client.scan_iter(match=match, count=batch_size, _type="zset"):
+            for key in self.client.scan_iter(match=match, count=batch_size, _type="hash"):
                 batch.append(key)
                 if len(batch) >= batch_size:
                     yield from self._read_batch(batch)
@@ -100,7 +97,7 @@ class RedisKeyspace(BaseLockBackend):
         with self._errors(None):
             while True:
                 position, found = self.client.scan(
-                    position, match=match, count=max(count, 100), _type="zset"
+                    position, match=match, count=max(count, 100), _type="hash"
                 )
                 keys.extend(k if isinstance(k, bytes) else k.encode() for k in found)
                 if position == 0 or len(keys) >= count:
@@ -111,35 +108,31 @@ class RedisKeyspace(BaseLockBackend):
     def _read_batch(self, keys: list[bytes], client: Any = None) -> Iterator[LockInfo]:
         pipe = (client or self.client).pipeline(transaction=False)
         pipe.time()
-        names = [self._name_from_key(key) for key in keys]
-        for key, name in zip(keys, names, strict=False):
-            pipe.zrange(key, 0, -1, withscores=True)
-            pipe.hgetall(self.key(name, "d"))
+        for key in keys:
+            pipe.hgetall(key)
         replies = pipe.execute()
         seconds, micros = replies[0]
-        yield from self._infos(names, replies[1:], seconds * 1000 + micros // 1000)
-
-    def _infos(self, names: list[str], replies: list[Any], now_ms: int) -> Iterator[LockInfo]:
-        # Each name's two replies, ZRANGE of its holders and HGETALL of its data, in turn.
-        for index, name in enumerate(names):
-            holders, data = replies[2 * index], replies[2 * index + 1]
-            for owner_bytes, ends in holders:
-                if ends <= now_ms:
-                    continue
-                yield _info(name, owner_bytes.decode(), ends - now_ms, data, now_ms)
+        now_ms = seconds * 1000 + micros // 1000
+        for key, records in zip(keys, replies[1:], strict=True):
+            name = self._name_from_key(key)
+            for owner, record in records.items():
+                info = _info(name, owner.decode(), record, now_ms)
+                if info is not None:
+                    yield info
 
 
-def _info(name: str, owner: str, ttl_ms: float, data: dict[bytes, bytes], now_ms: int) -> LockInfo:
-    def field(suffix: str, default: bytes = b"0") -> bytes:
-        return data.get(f"{owner}{suffix}".encode(), default)
-
+def _info(name: str, owner: str, record: bytes, now_ms: int) -> LockInfo | None:
+    """Return a holder's record (see ``lua/_prelude.lua``) as a LockInfo; None if it ended."""
+    ends, holds, fence, acquired_at, _attempt, metadata = record.split(b" ", 5)
+    if int(ends) <= now_ms:
+        return None
     return LockInfo.from_record(
         name=name,
         owner=owner,
-        holds=int(field("")),
-        ttl=ttl_ms / 1000,
-        fencing_token=int(field("|f")),
-        acquired_at=int(field("|t")) / 1000,
+        holds=int(holds),
+        ttl=(int(ends) - now_ms) / 1000,
+        fencing_token=int(fence),
+        acquired_at=int(acquired_at) / 1000,
         now=now_ms / 1000,
-        metadata=field("|m", b"{}"),
+        metadata=metadata,
     )

@@ -1,33 +1,83 @@
 -- Helpers of the slower paths (semaphores, contention, waiting), inserted where a script
 -- says "--! helpers", after its fast path has returned: a free lock does not pay for them.
 
+local K_queue, K_waiters = base .. 'q', base .. 'w'
+
 -- A lease handed to a waiter lasts this long until the waiter claims it (acquire with the
 -- 'c' flag), which turns it into the lease the waiter asked for: a waiter that died, or was
 -- paused, before claiming holds the others back only this long, and a claim that comes later
 -- finds the grant gone and waits again.
 local CLAIM_MS = 1000
 
-local function forget(owner)
-  redis.call('HDEL', K_data, owner, owner .. '|f', owner .. '|t', owner .. '|m', owner .. '|a')
+local function now_us()
+  now()
+  return clock_us
 end
 
--- Drop holders whose lease has ended (a semaphore's keys outlive its shortest lease).
+-- Every holder's record, by owner (a semaphore has several; ended leases included).
+local function records()
+  local all, found = redis.call('HGETALL', K_holders), {}
+  for i = 1, #all, 2 do
+    found[all[i]] = all[i + 1]
+  end
+  return found
+end
+
+-- Drop holders whose lease has ended (a semaphore's key outlives its shortest lease); return
+-- how many are left.
 local function purge()
-  local gone = redis.call('ZRANGEBYSCORE', K_holders, '-inf', now())
-  for _, owner in ipairs(gone) do
-    redis.call('ZREM', K_holders, owner)
-    forget(owner)
+  local left = 0
+  for owner, text in pairs(records()) do
+    if parse(text) <= now() then
+      redis.call('HDEL', K_holders, owner)
+    else
+      left = left + 1
+    end
+  end
+  return left
+end
+
+-- Return the record of owner's live hold, parsed (see parse()), or nil.
+local function live(owner)
+  local text = redis.call('HGET', K_holders, owner)
+  if text and parse(text) > now() then
+    return parse(text)
+  end
+  return nil
+end
+
+-- Return the earliest and the latest lease end among the holders (nil if none).
+local function lease_ends()
+  local earliest, latest
+  for _, text in pairs(records()) do
+    local ends = parse(text)
+    earliest, latest = math.min(earliest or ends, ends), math.max(latest or ends, ends)
+  end
+  return earliest, latest
+end
+
+-- Make the holders key expire when its longest lease ends, or delete it if none is left.
+local function settle()
+  local _, latest = lease_ends()
+  if latest and latest > now() then
+    redis.call('PEXPIREAT', K_holders, latest - 1)
+  else
+    redis.call('DEL', K_holders)
   end
 end
 
--- Make holders and data expire with the longest remaining lease, or delete them if none.
-local function settle()
-  local longest = redis.call('ZRANGE', K_holders, -1, -1, 'WITHSCORES')
-  if #longest == 0 then
-    redis.call('DEL', K_holders, K_data)
-  else
-    expire_at(tonumber(longest[2]))
+-- Make owner a holder with one hold; return its fencing token (as a string), above every
+-- token the other holders have and ``above`` (a token just released, or nil).
+local function hold(owner, lease, meta, fence_ttl, attempt, above)
+  for _, text in pairs(records()) do
+    local _, _, fence = parse(text)
+    if not above or tonumber(fence) > tonumber(above) then
+      above = fence
+    end
   end
+  local fence = new_fence(fence_ttl, lease, above)
+  redis.call('HSET', K_holders, owner, record(now() + lease, 1, fence, now(), attempt, meta))
+  return fence
 end
 
 local function leave_queue(owner)
@@ -38,25 +88,26 @@ end
 -- Hand free slots to the longest-waiting owners whose registration is still live, and push
 -- each one its wake-up call: the waiter's wake-up is its acquisition, with no race against
 -- newcomers. Waiters that gave up or died (registration ended) are dropped on the way.
-local function handoff(fence_ttl)
+-- ``above``: the token of a hold just released, which the next one's must exceed.
+local function handoff(fence_ttl, above)
   while true do
     local head = redis.call('ZRANGE', K_queue, 0, 0)[1]
     if not head then
       return
     end
-    local record = redis.call('HGET', K_waiters, head)
+    local text = redis.call('HGET', K_waiters, head)
     local ends, lease, limit, attempt, meta
-    if record then
-      ends, lease, limit, attempt, meta = string.match(record, '^(%d+) (%d+) (%d+) (%S*) (.*)$')
+    if text then
+      ends, lease, limit, attempt, meta = string.match(text, '^(%d+) (%d+) (%d+) (%S*) (.*)$')
     end
     if not ends or tonumber(ends) <= now() then
       leave_queue(head)
-    elseif redis.call('ZCARD', K_holders) >= tonumber(limit) then
+    elseif redis.call('HLEN', K_holders) >= tonumber(limit) then
       return
     else
       leave_queue(head)
       local granted = math.min(tonumber(lease), CLAIM_MS)
-      local fence = hold(head, granted, meta, fence_ttl, attempt)
+      local fence = hold(head, granted, meta, fence_ttl, attempt, above)
       local signal = base .. 's:' .. head
       redis.call('RPUSH', signal, fence .. ' ' .. granted)
       redis.call('PEXPIRE', signal, granted)

@@ -2,10 +2,11 @@
 -- that must wait may register in the queue, to be handed the lock at a release.
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once)
--- ARGV[4] holder metadata (JSON)  ARGV[5] how long the fence outlives the lease (ms)
--- ARGV[6] ms the registration lives if the owner must wait ('0': do not wait, and leave the
--- queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' to claim a lock handed to the waiting
--- owner (its short grant becomes the full lease, without counting another hold), '-' none
+-- ARGV[4] holder metadata (JSON)  ARGV[5] how long a durable fence outlives the lease (ms;
+-- 0: no durable fence)  ARGV[6] ms the registration lives if the owner must wait ('0': do not
+-- wait, and leave the queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' to claim a lock
+-- handed to the waiting owner (its short grant becomes the full lease, without counting
+-- another hold), '-' none
 -- ARGV[8] the holds the owner knows it has: '' to count reentrant acquires here; a number N
 -- makes the hold count N + 1 (0: a hold the owner does not know of was left by an acquire it
 -- saw fail, and is taken over as its first), and N > 0 with no live hold is a lost lease
@@ -17,22 +18,27 @@
 local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local known, attempt = tonumber(ARGV[8]), ARGV[9]
-local fair, claim = string.find(flags, 'f', 1, true), string.find(flags, 'c', 1, true)
 
-if attempt ~= '' and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
-  return {0, 0}
-end
-
-local holders = redis.call('ZCARD', K_holders)
-if holders == 0 and not fair and not claim and not (known and known > 0) then
-  -- A free lock and a first, non-fair attempt (the common case): take it. It need not look
-  -- at the queue: it cannot be in it, and may take a free slot before waiters.
-  local fence = hold(owner, lease, meta, fence_ttl, attempt)
-  expire_at(now() + lease)
+-- Keys are looked at one by one: in a Redis Cluster slot that is being migrated, a command
+-- on several keys fails when one of them is missing.
+if flags == '-' and not (known and known > 0) and redis.call('EXISTS', K_holders) == 0
+    and redis.call('EXISTS', base .. 'x:' .. attempt) == 0 then
+  -- The common case: nobody holds the lock, and this is a first, non-fair attempt not
+  -- withdrawn already (owners waiting, if any, are served at its release). One hash field,
+  -- one expiry.
+  local fence = new_fence(fence_ttl, lease)
+  local ends = now() + lease
+  redis.call('HSET', K_holders, owner, record(ends, 1, fence, now(), attempt, meta))
+  redis.call('PEXPIREAT', K_holders, ends - 1)
   return {1, tonumber(fence), 1, lease}
 end
 
 --! helpers
+
+local fair, claim = string.find(flags, 'f', 1, true), string.find(flags, 'c', 1, true)
+if attempt ~= '' and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
+  return {0, 0}
+end
 
 local function take()
   local fence = hold(owner, lease, meta, fence_ttl, attempt)
@@ -40,28 +46,22 @@ local function take()
   return {1, tonumber(fence), 1, lease}
 end
 
+local holders = purge()
 if holders > 0 then
-  purge()
-  local current = lease_end(owner)
+  local current, holds, fence, at, _, held_meta = live(owner)
   if current then
-    local fence = tonumber(redis.call('HGET', K_data, owner .. '|f'))
-    local holds
     if claim then
       redis.call('DEL', base .. 's:' .. owner)
-      holds = tonumber(redis.call('HGET', K_data, owner))
     elseif known then
       holds = known + 1
-      redis.call('HSET', K_data, owner, holds)
     else
-      holds = redis.call('HINCRBY', K_data, owner, 1)
+      holds = holds + 1
     end
-    redis.call('HSET', K_data, owner .. '|a', attempt)
     local ends = math.max(current, now() + lease)
-    redis.call('ZADD', K_holders, ends, owner)
+    redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, held_meta))
     settle()
-    return {1, fence, holds, ends - now()}
+    return {1, tonumber(fence), holds, ends - now()}
   end
-  holders = redis.call('ZCARD', K_holders)
 end
 if known and known > 0 then
   return {-1}
@@ -86,20 +86,20 @@ if fair and waiting then
   end
   handoff(fence_ttl)
   settle()
-  local current = lease_end(owner)
+  local current, _, fence, at, _, held_meta = live(owner)
   if current then
     -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
     redis.call('DEL', base .. 's:' .. owner)
-    redis.call('ZADD', K_holders, now() + lease, owner)
+    redis.call('HSET', K_holders, owner, record(now() + lease, 1, fence, at, attempt, held_meta))
     settle()
-    return {1, tonumber(redis.call('HGET', K_data, owner .. '|f')), 1, lease}
+    return {1, tonumber(fence), 1, lease}
   end
   waiting = redis.call('EXISTS', K_queue) == 1
-  holders = redis.call('ZCARD', K_holders)
+  holders = redis.call('HLEN', K_holders)
 end
 
 if holders < limit and not (fair and waiting) then
-  -- A free slot, and nobody to respect: take it (the common, uncontended case).
+  -- A free slot, and nobody to respect: take it.
   if waiting then
     leave_queue(owner)
   end
@@ -111,8 +111,8 @@ if wait_ms > 0 then
 else
   leave_queue(owner)
 end
-local earliest = redis.call('ZRANGE', K_holders, 0, 0, 'WITHSCORES')
-if #earliest == 0 then
+local earliest = lease_ends()
+if not earliest then
   return {0, 0}
 end
-return {0, tonumber(earliest[2]) - now()}
+return {0, earliest - now()}

@@ -6,7 +6,7 @@
 --! helpers
 
 local owner, ms = ARGV[1], tonumber(ARGV[2])
-local current = lease_end(owner)
+local current, holds, fence, at, attempt, meta = live(owner)
 if not current then
   return -1
 end
@@ -14,6 +14,10 @@ local ends = current + ms
 if ARGV[3] == '1' then
   ends = now() + ms
 end
-redis.call('ZADD', K_holders, ends, owner)
-settle()
+redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, meta))
+if redis.call('HLEN', K_holders) == 1 then
+  redis.call('PEXPIREAT', K_holders, ends - 1)  -- a lone holder: its lease is the key's
+else
+  settle()
+end
 return ends - now()

@@ -1,44 +1,44 @@
 -- Drop one hold of an owner; at its last hold the lock is freed, or handed to the owner that
 -- has waited longest.
 -- KEYS[1] holders (see the prelude for the other keys)
--- ARGV[1] owner token  ARGV[2] how long a new fence outlives its lease (ms)
+-- ARGV[1] owner token  ARGV[2] how long a durable fence outlives its lease (ms; 0: none)
 -- ARGV[3] the holds the owner knows it has ('': count down here): the count becomes one less
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended).
 local owner = ARGV[1]
-local score = redis.call('ZSCORE', K_holders, owner)
-if not score then
+-- Two fields at most: enough to tell a lone holder (the common case) from a semaphore's.
+local sample = redis.call('HRANDFIELD', K_holders, 2, 'WITHVALUES')
+local text
+if #sample == 2 then
+  text = sample[1] == owner and sample[2] or nil
+elseif #sample > 2 then
+  text = redis.call('HGET', K_holders, owner)
+end
+if not text then
   return -1
 end
--- A lone holder's keys expire with its lease, so finding it proves its lease is live; among
--- several holders (a semaphore) the keys outlive the shorter leases: ask the clock.
-local holders = redis.call('ZCARD', K_holders)
-if holders > 1 and tonumber(score) <= now() then
-  return -1
+local holds = (tonumber(ARGV[3]) or tonumber(string.match(text, '^%d+ (%d+) '))) - 1
+if holds <= 0 and #sample == 2 and redis.call('EXISTS', base .. 'q') == 0 then
+  -- The lone holder (its key lived, so its lease did), nobody waiting: the common case.
+  redis.call('DEL', K_holders)
+  return 0
 end
-local holds
-if ARGV[3] == '' then
-  holds = redis.call('HINCRBY', K_data, owner, -1)
-else
-  holds = tonumber(ARGV[3]) - 1
-  if holds > 0 then
-    redis.call('HSET', K_data, owner, holds)
-  end
+local ends, _, fence, at, attempt, meta = parse(text)
+-- A lone holder's key expires with its lease, so finding it proves its lease is live; among
+-- several holders (a semaphore) the key outlives the shorter leases: ask the clock.
+local live = #sample == 2 or ends > now()
+if not live then
+  return -1
 end
 if holds > 0 then
+  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, meta))
   return holds
-end
-if holders == 1 and redis.call('EXISTS', K_queue) == 0 then
-  -- The last holder and nobody waiting (the common case): only the fence is left.
-  redis.call('DEL', K_holders, K_data)
-  return 0
 end
 
 --! helpers
 
-redis.call('ZREM', K_holders, owner)
-forget(owner)
+redis.call('HDEL', K_holders, owner)
 purge()
-handoff(tonumber(ARGV[2]))
+handoff(tonumber(ARGV[2]), fence)
 settle()
 return 0

@@ -2,14 +2,14 @@
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token, or '' for the longest lease of any holder
 -- Returns the remaining lease in ms, or -1 if the owner (or anyone) holds nothing.
+--! helpers
+
 local ends
 if ARGV[1] == '' then
-  local longest = redis.call('ZRANGE', K_holders, -1, -1, 'WITHSCORES')
-  if #longest > 0 then
-    ends = tonumber(longest[2])
-  end
+  local _, latest = lease_ends()
+  ends = latest
 else
-  ends = lease_end(ARGV[1])
+  ends = live(ARGV[1])
 end
 if not ends or ends <= now() then
   return -1

@@ -6,8 +6,8 @@
 -- given up for UNDONE_MS, so that its acquire, if it reaches the server only now (it was
 -- queued on another connection), takes nothing.
 -- KEYS[1] holders (see the prelude for the other keys)
--- ARGV[1] owner token  ARGV[2] the holds the owner keeps (0: none)  ARGV[3] how long a new
--- fence outlives its lease (ms)  ARGV[4] attempt id ('': whatever the owner has)
+-- ARGV[1] owner token  ARGV[2] the holds the owner keeps (0: none)  ARGV[3] how long a durable
+-- fence outlives its lease (ms; 0: none)  ARGV[4] attempt id ('': whatever the owner has)
 -- Returns the owner's holds left.
 local owner, keep, attempt = ARGV[1], tonumber(ARGV[2]), ARGV[4]
 local UNDONE_MS = 60000
@@ -16,31 +16,29 @@ local UNDONE_MS = 60000
 if attempt ~= '' then
   redis.call('SET', base .. 'x:' .. attempt, 1, 'PX', UNDONE_MS)
 end
-local record = redis.call('HGET', K_waiters, owner)
-if record and (attempt == '' or string.match(record, '^%d+ %d+ %d+ (%S*) ') == attempt) then
+local registration = redis.call('HGET', K_waiters, owner)
+if registration
+    and (attempt == '' or string.match(registration, '^%d+ %d+ %d+ (%S*) ') == attempt) then
   leave_queue(owner)
 end
-local mine = attempt == '' or redis.call('HGET', K_data, owner .. '|a') == attempt
+local current, holds, fence, at, held_attempt, meta = live(owner)
+local mine = attempt == '' or (current and held_attempt == attempt)
 if mine then
   redis.call('DEL', base .. 's:' .. owner)
 end
-local holds = 0
-if lease_end(owner) then
-  holds = tonumber(redis.call('HGET', K_data, owner))
-end
+holds = holds or 0
 if mine and holds > keep then
   if keep > 0 then
-    redis.call('HSET', K_data, owner, keep)
+    redis.call('HSET', K_holders, owner, record(current, keep, fence, at, held_attempt, meta))
     return keep
   end
-  redis.call('ZREM', K_holders, owner)
-  forget(owner)
+  redis.call('HDEL', K_holders, owner)
   holds = 0
 elseif holds > 0 or redis.call('EXISTS', K_queue) == 0 then
   return holds
 end
 -- A freed slot, or a queue this owner may have headed: serve the waiters now.
 purge()
-handoff(tonumber(ARGV[3]))
+handoff(tonumber(ARGV[3]), fence)
 settle()
 return holds
