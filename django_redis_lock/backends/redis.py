@@ -228,7 +228,7 @@ class RedisBackend(RedisKeyspace):
     def wait_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
-        # BLPOP and the claim in one pipeline: the server runs the claim the moment the wait
+        # BLPOP and the claim sent together: the server runs the claim the moment the wait
         # ends, and the waiter wakes once, to both replies.
         window = min(timeout, self.max_wait)
         if self.wait_replicas or window < 0.001:
@@ -236,15 +236,28 @@ class RedisBackend(RedisKeyspace):
         args = acquire_args(owner, request, self._fencing_arg)
         with self._errors(name):
             self._scripts.load(self.client, "acquire")
-        pipe = self._claim_after_wait(
-            self.client.pipeline(transaction=False), name, owner, window, args
-        )
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, name) from exc
-        result = self._claimed(name, replies[1])
+            reply = self._wait_then_claim(name, owner, window, args)
+        result = self._claimed(name, reply)
         return acquired(self._run("acquire", name, args)) if result is None else result
+
+    def _wait_then_claim(self, name: str, owner: str, window: float, args: list[Any]) -> Any:
+        # Return the claim's reply (or error reply). Written together and read back directly:
+        # a redis-py Pipeline's bookkeeping would run after the wake-up, on the handoff's clock.
+        pool = self.client.connection_pool
+        try:
+            connection: Any = pool.get_connection()
+        except TypeError:  # redis-py < 5.3 wants the command's name
+            connection = pool.get_connection("BLPOP")
+        try:
+            commands = self._wait_commands(name, owner, window, args)
+            connection.send_packed_command(connection.pack_commands(commands))
+            _reply(connection)  # the grant, or None: the claim's reply says which
+            return _reply(connection)
+        except BaseException:
+            connection.disconnect()  # a reply left unread would answer the next command
+            raise
+        finally:
+            pool.release(connection)
 
     async def await_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -254,9 +267,9 @@ class RedisBackend(RedisKeyspace):
             return await super().await_and_claim(name, owner, timeout, request)
         args = acquire_args(owner, request, self._fencing_arg)
         client = await self._async_clients.get()
-        pipe = self._claim_after_wait(
-            client.pipeline(transaction=False), name, owner, window, args
-        )
+        pipe = client.pipeline(transaction=False)
+        for command in self._wait_commands(name, owner, window, args):
+            pipe.execute_command(*command)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
@@ -264,17 +277,17 @@ class RedisBackend(RedisKeyspace):
         result = self._claimed(name, replies[1])
         return acquired(await self._arun("acquire", name, args)) if result is None else result
 
-    def _claim_after_wait(
-        self, pipe: Any, name: str, owner: str, window: float, args: list[Any]
-    ) -> Any:
-        # BLPOP, then the claim: queued in ``pipe``, which is returned.
-        queue: Callable[..., Any] = pipe.execute_command
-        queue("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}")
-        queue("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args)
-        return pipe
+    def _wait_commands(
+        self, name: str, owner: str, window: float, args: list[Any]
+    ) -> list[tuple[Any, ...]]:
+        # BLPOP on the owner's wake-up list, then the claim.
+        return [
+            ("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}"),
+            ("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args),
+        ]
 
     def _claimed(self, name: str, reply: Any) -> AcquireResult | None:
-        """Return the claim's reply in a pipeline; None if the server lost the script."""
+        """Return the claim's reply, sent with a wait; None if the server lost the script."""
         if isinstance(reply, NoScriptError):  # the server lost its scripts (a restart)
             self._scripts.lost("acquire")
             return None
@@ -376,6 +389,14 @@ class RedisBackend(RedisKeyspace):
         self.client.connection_pool.disconnect()
         for sentinel in _sentinels_of(self.client):
             sentinel.connection_pool.disconnect()
+
+
+def _reply(connection: Any) -> Any:
+    """Read the next reply on ``connection``; an error reply is returned, not raised."""
+    try:
+        return connection.read_response()
+    except redis.ResponseError as error:
+        return error
 
 
 async def _close_async_client(client: redis.asyncio.Redis) -> None:
