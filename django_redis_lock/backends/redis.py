@@ -42,6 +42,7 @@ from ._redis.protocol import (
     ms,
     release_args,
     seconds,
+    send_together,
 )
 from ._redis.replicas import replicated, unreplicated
 from ._redis.scripts import Scripts
@@ -232,7 +233,7 @@ class RedisBackend(RedisKeyspace):
     def wait_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
     ) -> AcquireResult:
-        # BLPOP and the claim in one pipeline: the server runs the claim the moment the wait
+        # BLPOP and the claim sent together: the server runs the claim the moment the wait
         # ends, and the waiter wakes once, to both replies.
         window = min(timeout, self.max_wait)
         if self.wait_replicas or window < 0.001:
@@ -240,15 +241,16 @@ class RedisBackend(RedisKeyspace):
         args = acquire_args(owner, request, self._fencing_arg)
         with self._errors(name):
             self._scripts.load(self.client, "acquire")
-        pipe = self._claim_after_wait(
-            self.client.pipeline(transaction=False), name, owner, window, args
-        )
-        try:
-            replies = pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, name) from exc
-        result = self._claimed(name, replies[1])
+            reply = self._wait_then_claim(name, owner, window, args)
+        result = self._claimed(name, reply)
         return acquired(self._run("acquire", name, args)) if result is None else result
+
+    def _wait_then_claim(self, name: str, owner: str, window: float, args: list[Any]) -> Any:
+        # The claim's reply (or error reply). Sent together and read back directly: a redis-py
+        # Pipeline's bookkeeping would run after the wake-up, on the handoff's clock.
+        return send_together(
+            self.client.connection_pool, self._wait_commands(name, owner, window, args)
+        )[1]
 
     async def await_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -258,9 +260,9 @@ class RedisBackend(RedisKeyspace):
             return await super().await_and_claim(name, owner, timeout, request)
         args = acquire_args(owner, request, self._fencing_arg)
         client = await self._async_clients.get()
-        pipe = self._claim_after_wait(
-            client.pipeline(transaction=False), name, owner, window, args
-        )
+        pipe = client.pipeline(transaction=False)
+        for command in self._wait_commands(name, owner, window, args):
+            pipe.execute_command(*command)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except redis.RedisError as exc:
@@ -268,17 +270,17 @@ class RedisBackend(RedisKeyspace):
         result = self._claimed(name, replies[1])
         return acquired(await self._arun("acquire", name, args)) if result is None else result
 
-    def _claim_after_wait(
-        self, pipe: Any, name: str, owner: str, window: float, args: list[Any]
-    ) -> Any:
-        # BLPOP, then the claim: queued in ``pipe``, which is returned.
-        queue: Callable[..., Any] = pipe.execute_command
-        queue("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}")
-        queue("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args)
-        return pipe
+    def _wait_commands(
+        self, name: str, owner: str, window: float, args: list[Any]
+    ) -> list[tuple[Any, ...]]:
+        # BLPOP on the owner's wake-up list, then the claim.
+        return [
+            ("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}"),
+            ("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args),
+        ]
 
     def _claimed(self, name: str, reply: Any) -> AcquireResult | None:
-        """Return the claim's reply in a pipeline; None if the server lost the script."""
+        """Return the claim's reply, sent with a wait; None if the server lost the script."""
         if isinstance(reply, NoScriptError):  # the server lost its scripts (a restart)
             self._scripts.lost("acquire")
             return None

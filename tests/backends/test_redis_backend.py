@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis as redis_py
 from redis.crc import key_slot
 
 from django_redis_lock import BackendUnavailableError, lock, locks
+from django_redis_lock.backends._redis import protocol
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
@@ -86,6 +88,56 @@ def test_renew__reloads_its_script_after_script_flush(raw_redis: redis_py.Redis)
         assert backend.renew([("renew-after-flush", owner, 20)]) == [20.0]
         raw_redis.script_flush()  # as a restarted server would have no scripts
         assert backend.renew([("renew-after-flush", owner, 30)]) == [30.0]
+
+
+def blocked_clients(client: redis_py.Redis) -> int:
+    return int(client.info("clients")["blocked_clients"])
+
+
+def test_wait_and_claim__claims_when_the_server_lost_its_scripts_meanwhile(
+    own_server: RedisServer,
+) -> None:
+    backend = RedisBackend(url=own_server.url)
+    client = redis_py.Redis.from_url(own_server.url)
+    assert backend.acquire("flushed", "holder", AcquireRequest(ttl=30)).acquired
+    assert not backend.acquire("flushed", "waiter", AcquireRequest(ttl=30, wait=10)).acquired
+    claim = AcquireRequest(ttl=30, wait=10, claim=True)
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(backend.wait_and_claim, "flushed", "waiter", 5, claim)
+        eventually(lambda: blocked_clients(client) == 1)
+        client.script_flush()  # as a restart would: the claim queued behind the wait fails
+        assert backend.release("flushed", "holder") == 0
+        result = waiting.result(timeout=10)
+    assert result.acquired
+    assert result.lease is not None
+    assert result.lease > 1  # the full lease, not the grant's
+    backend.close()
+    client.close()
+
+
+def test_wait_and_claim__interrupted_before_reading_leaves_no_reply_behind(
+    own_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait and the claim are written at once: an interrupt before their replies are read
+    # must not leave them to answer the next command sent on the pooled connection.
+    backend = RedisBackend(url=own_server.url)
+    client = redis_py.Redis.from_url(own_server.url)
+    assert backend.acquire("cut", "holder", AcquireRequest(ttl=30)).acquired
+    assert not backend.acquire("cut", "waiter", AcquireRequest(ttl=30, wait=10)).acquired
+
+    def interrupted(connection: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(protocol, "_reply", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        backend.wait_and_claim("cut", "waiter", 3, AcquireRequest(ttl=30, wait=10, claim=True))
+    monkeypatch.undo()
+    remaining = backend.ttl("cut", "holder")  # at once, while a wait left behind would block
+    assert remaining is not None
+    assert 29 < remaining <= 30
+    eventually(lambda: blocked_clients(client) == 0)
+    backend.close()
+    client.close()
 
 
 def test_fencing_token__grows_with_no_key_kept_between_holders(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from ..base import AcquireRequest, AcquireResult, Grant
 
 __all__ = [
@@ -19,6 +21,7 @@ __all__ = [
     "ms",
     "release_args",
     "seconds",
+    "send_together",
 ]
 
 #: The acquire script's flags argument, by (fair, claim).
@@ -94,3 +97,31 @@ def granted(reply: list[bytes] | None) -> Grant | None:
         return None
     fence, lease_ms = reply[1].split()
     return Grant(int(fence), int(lease_ms) / 1000)
+
+
+def send_together(pool: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Write ``commands`` at once on one connection of ``pool``; return their replies.
+
+    An error reply stands in its command's place. Interrupted before every reply is read, the
+    connection is dropped: a reply left unread would answer the next command sent on it.
+    """
+    try:
+        connection: Any = pool.get_connection()
+    except TypeError:  # redis-py < 5.3 wants the command's name
+        connection = pool.get_connection(commands[0][0])
+    try:
+        connection.send_packed_command(connection.pack_commands(commands))
+        return [_reply(connection) for _ in commands]
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+
+
+def _reply(connection: Any) -> Any:
+    """Read the next reply on ``connection``; an error reply is returned, not raised."""
+    try:
+        return connection.read_response()
+    except redis.ResponseError as error:
+        return error
