@@ -46,23 +46,23 @@ local function take()
   return {1, tonumber(fence), 1, lease}
 end
 
-local holders = purge()
-if holders > 0 then
-  local current, holds, fence, at, _, held_meta = live(owner)
-  if current then
-    if claim then
-      redis.call('DEL', base .. 's:' .. owner)
-    elseif known then
-      holds = known + 1
-    else
-      holds = holds + 1
-    end
-    local ends = math.max(current, now() + lease)
-    redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, held_meta))
-    settle()
-    return {1, tonumber(fence), holds, ends - now()}
+-- The owner holds the lock already (a nested acquire, or the claim of a lock handed to it):
+-- lengthen its lease, and count one more hold unless claiming.
+local current, holds, fence, at, _, held_meta = live(owner)
+if current then
+  if claim then
+    redis.call('DEL', base .. 's:' .. owner)
+  elseif known then
+    holds = known + 1
+  else
+    holds = holds + 1
   end
+  local ends = math.max(current, now() + lease)
+  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, held_meta))
+  settle()
+  return {1, tonumber(fence), holds, ends - now()}
 end
+local holders = purge()
 if known and known > 0 then
   return {-1}
 end

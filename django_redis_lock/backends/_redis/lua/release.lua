@@ -38,7 +38,9 @@ end
 --! helpers
 
 redis.call('HDEL', K_holders, owner)
-purge()
+if #sample > 2 then
+  purge()
+end
 handoff(tonumber(ARGV[2]), fence)
 settle()
 return 0
