@@ -31,7 +31,7 @@ names:
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
 (``plot.py``). ``--listing N`` runs instead the listing benchmark alone, over ``N`` locks,
-with more figures. The default run takes about 7 minutes; ``--quick`` under two. Worker
+with more figures. The default run takes about 6 minutes; ``--quick`` under two. Worker
 processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 

@@ -3,8 +3,9 @@
 The locks are held on the ``listing`` alias, a database of their own on the one server, each by
 an owner of its own with a Celery-like holder record. Worker processes of the pool acquire them
 in parallel through the backend's ``acquire`` (:func:`hold`), so a million take minutes, not
-an hour. For each count of locks held, in the pool's last worker (a process that holds none
-of them, and whose heap is small, so its memory says what listing needs):
+an hour. Each count of locks held is listed in a worker of its own, from the pool's last one
+down (a process that holds none of them and has not listed yet, so its memory says what
+listing needs):
 
 1. ``call_command("locks", "list", "--json")`` is timed, writing to a stream that throws the
    text away (median of ``rounds`` runs), with the growth of the process's peak RSS over
@@ -227,7 +228,8 @@ def curve(
 ) -> dict[str, Any]:
     """Hold each count of locks in turn and measure listing them; flush them after.
 
-    ``pool`` needs two workers at least: holders, and the last, which lists.
+    ``pool`` needs two workers at least: the holders, and those that list (the last one
+    lists again when there are too few).
     """
     client = redis.Redis.from_url(database_url(url, LISTING_DB))
     points, held = [], 0
@@ -241,7 +243,8 @@ def curve(
             runs = rounds if full or count < ONE_ROUND_FROM else 1
             params = {"count": count, "rounds": runs, "full": full}
             timeout = 120 + count * 0.005 * (runs + 8)
-            row |= pool.run(measure_job, [params], timeout, first=pool.size - 1)[0]
+            lister = max(pool.size - 1 - len(points), min(HOLDERS, pool.size - 1))
+            row |= pool.run(measure_job, [params], timeout, first=lister)[0]
             row["point_seconds"] = round(time.perf_counter() - began, 1)
             points.append(row)
     finally:

@@ -119,9 +119,8 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         (
             f"memory <= {footprint.TARGET_GROWTH // 1000} kB per {footprint.PER_NAMES:,} names",
-            f"{memory['growth_per_10k_names']:+,} B used_memory"
-            f" ({memory['key_bytes_per_10k_names']:,} B in {memory['keys']:,} keys left"
-            f" by {memory['locks']:,})",
+            f"{memory['growth_per_10k_names']:+,} B of used_memory ({memory['keys']:,} keys,"
+            f" {memory['key_bytes']:,} B, left by {memory['locks']:,} names)",
             memory["growth_per_10k_names"] <= footprint.TARGET_GROWTH,
         ),
         (
@@ -146,7 +145,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             + " / ".join(f"{row['held']:,}" for row in renewal)
             + " locks)",
             " / ".join(f"{row['round_trips_per_round']:g}" for row in renewal)
-            + " round trips per round",
+            + " round trips per round (every lease renewed once)",
             all(
                 row["leases_per_call"] == [row["held"]]
                 and row["round_trips_per_round"] == 1
