@@ -2,30 +2,37 @@
 
 Run it outside pytest, from the repository root::
 
-    python benchmarks/bench.py [--quick] [--json]
+    python benchmarks/bench.py [--quick] [--json] [--plot DIR]
 
 It starts a throw-away ``redis-server`` (never a developer's Redis), configures Django in this
-process and in sixteen worker processes (started with ``spawn``), and measures, for each
-library on its own lock names:
+process and in sixty-four worker processes, and measures, for each library on its own lock
+names:
 
 1. uncontended acquire+release cycles per second in one process, against a PING floor, and
    the same for the asyncio locks (django-redis-lock's ``alock``, redis-py's asyncio
    ``Lock``) on one event loop, against an awaited PING (``uncontended.py``; each scenario
    timed ``--rounds`` times for ``--seconds``, the scenarios taking turns in ``--slice``
    second slices, the median round kept);
-2. 4 and 16 processes contending for one lock for ``--contention-seconds``: acquisitions per
-   second, time spent waiting, Jain's fairness index, FIFO order, mutual exclusion (and
-   django-redis-lock with ``fair=True`` at 16) (``contention.py``);
-3. handoff latency from a release to the waiting process's acquisition, ``--handoffs``
-   times (``handoff.py``);
-4. the keys left after ``--distinct`` distinct locks were acquired and released, and the
-   round trips that renewing 1,000 held locks costs (``footprint.py``).
+2. the Redis server time an uncontended cycle costs: the top-level commands' usec in
+   ``INFO commandstats``, and the server's CPU, over ``--server-cycles`` (``servertime.py``);
+3. 1, 4, 16 and 64 processes contending for one lock, held ``--hold`` seconds, for
+   ``--contention-seconds``: acquisitions per second, time spent waiting, Jain's fairness
+   index, FIFO order, mutual exclusion (and django-redis-lock with ``fair=True`` at 16)
+   (``contention.py``);
+4. handoff latency from a release to the waiting process's acquisition, ``--handoffs``
+   times, against an ``RPUSH``/``BLPOP`` floor (``handoff.py``);
+5. the keys and memory left after ``--distinct`` distinct locks were acquired and released
+   (``footprint.py``);
+6. the round trips and server time renewing 1, 100 and 10,000 held locks costs per renewal
+   round, every lease renewed once (``renewal_cost.py``);
+7. ``manage.py locks list --json`` over 1,000, 10,000 and 100,000 held locks (up to
+   ``--listing-max``): its time and peak memory (``listing.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
-report (or ``--json``) to stdout. ``--listing N`` runs instead one benchmark left out by
-default: ``manage.py locks list`` over ``N`` held locks, its time and peak memory
-(``listing.py``). The default run takes about 3 minutes; ``--quick`` about
-half a minute. Worker processes and the server are stopped on any error, Ctrl-C or SIGTERM.
+report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
+(``plot.py``). ``--listing N`` runs instead the listing benchmark alone, over ``N`` locks,
+with more figures. The default run takes about 6 minutes; ``--quick`` under two. Worker
+processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -43,26 +50,33 @@ import footprint
 import handoff
 import listing
 import redis
+import renewal_cost
 import report
+import servertime
 import uncontended
 from libraries import LEASE, LIBRARIES, configure_django
 from workers import Pool
 
 #: How many processes contend for one lock, in turn.
-PROCESSES = (4, 16)
-#: The renewal scenario: locks held, their lease (renewed every third of it), time watched.
-RENEW_LOCKS = 1000
-RENEW_TTL = 3.0
-RENEW_OBSERVE = 3.5
+PROCESSES = (1, 4, 16, 64)
+#: How many locks one process holds with auto_renew, in turn.
+RENEW_COUNTS = (1, 100, 10_000)
 
 QUICK = {
     "seconds": 0.5,
     "rounds": 1,
     "warmup": 0.2,
+    "server_cycles": 1000,
     "contention_seconds": 1.0,
     "handoffs": 40,
     "distinct": 1000,
+    "listing_max": 10_000,
 }
+
+
+def listing_counts(most: int) -> list[int]:
+    """Return the listing curve's counts of locks: 1,000, 10,000, ... below ``most``, and it."""
+    return [n for n in (10**k for k in range(3, 9)) if n < most] + [most]
 
 
 def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
@@ -78,14 +92,17 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         )
     summary = uncontended.summarise(results)
     ping_us = next(row["us_per_op"] for row in summary if row["scenario"] == uncontended.FLOOR.key)
+    server_time = servertime.measure(client, cycles=args.server_cycles)
     distinct = [footprint.distinct_names(client, lib, args.distinct) for lib in LIBRARIES.values()]
-    renewal = footprint.renewal_cost(client, RENEW_LOCKS, RENEW_TTL, RENEW_OBSERVE)
+    renewal = renewal_cost.curve(client, RENEW_COUNTS)
     with Pool(max(PROCESSES), url) as pool:
         contended = [
-            contention.run_case(pool, client, case, args.contention_seconds)
+            contention.run_case(pool, client, case, args.contention_seconds, args.hold)
             for case in contention.cases(PROCESSES)
         ]
         handoffs = [handoff.run_contender(pool, c, args.handoffs) for c in handoff.CONTENDERS]
+        listed = listing.curve(pool, url, listing_counts(args.listing_max), args.rounds)
+    contention.add_ratios(contended)
     handoff.add_ratios(handoffs, ping_us)
     data: dict[str, Any] = {
         "machine": report.describe_machine(client),
@@ -95,16 +112,22 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             "warmup": args.warmup,
             "slice": args.slice,
             "lease": LEASE,
+            "server_cycles": args.server_cycles,
             "contention_seconds": args.contention_seconds,
+            "hold": args.hold,
             "processes": list(PROCESSES),
             "handoffs": args.handoffs,
             "distinct": args.distinct,
+            "renew_counts": list(RENEW_COUNTS),
+            "listing_max": args.listing_max,
         },
         "uncontended": summary,
+        "server_time": server_time,
         "contention": contended,
         "handoff": handoffs,
-        "keys": {"distinct": distinct, "end": footprint.whole_run(client)},
+        "memory": {"distinct": distinct, "end": footprint.whole_run(client)},
         "renewal": renewal,
+        "listing": listed,
     }
     data["targets"] = report.targets(data)
     return data
@@ -113,18 +136,31 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Return the command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a short run (about 35 s)")
+    parser.add_argument("--quick", action="store_true", help="a short run (under 2 minutes)")
     parser.add_argument("--seconds", type=float, default=3.0, help="uncontended timed run (3)")
     parser.add_argument(
-        "--rounds", type=int, default=3, help="uncontended rounds, median kept (3)"
+        "--rounds", type=int, default=3, help="uncontended and listing rounds, median kept (3)"
     )
     parser.add_argument("--warmup", type=float, default=0.5, help="uncontended warm-up (0.5)")
     parser.add_argument("--slice", type=float, default=0.25, help="uncontended turns (0.25)")
     parser.add_argument(
+        "--server-cycles", type=int, default=5000, help="server-time cycles per library (5000)"
+    )
+    parser.add_argument(
         "--contention-seconds", type=float, default=3.0, help="each contention run (3)"
+    )
+    parser.add_argument(
+        "--hold", type=float, default=0.001, help="contention: seconds the lock is held (0.001)"
     )
     parser.add_argument("--handoffs", type=int, default=200, help="handoffs per library (200)")
     parser.add_argument("--distinct", type=int, default=10_000, help="distinct locks (10000)")
+    parser.add_argument(
+        "--listing-max",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="listing curve: 1,000, 10,000, ... locks up to N (100000; 1000000 takes minutes)",
+    )
     parser.add_argument(
         "--listing",
         type=int,
@@ -132,6 +168,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="instead of the rest, time `manage.py locks list` over N held locks (100000)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--plot", metavar="DIR", help="also write the curves as SVG to DIR")
     args = parser.parse_args(argv)
     if args.quick:
         for option, value in QUICK.items():
@@ -139,10 +176,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                 setattr(args, option, value)
     if min(args.seconds, args.slice, args.contention_seconds) <= 0 or args.warmup < 0:
         parser.error("--seconds, --slice and --contention-seconds must be > 0, --warmup >= 0")
-    if min(args.rounds, args.handoffs, args.distinct) < 1:
-        parser.error("--rounds, --handoffs and --distinct must be >= 1")
-    if args.listing is not None and args.listing < 1:
-        parser.error("--listing must be >= 1")
+    if min(args.rounds, args.handoffs, args.distinct, args.server_cycles) < 1 or args.hold < 0:
+        parser.error("--rounds, --handoffs, --distinct, --server-cycles >= 1, --hold >= 0")
+    if args.listing_max < 1000 or (args.listing is not None and args.listing < 1):
+        parser.error("--listing-max must be >= 1000, --listing >= 1")
     return args
 
 
@@ -166,7 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     data = measure(args, server.url, client)
                 else:
                     data = {"machine": report.describe_machine(client)}
-                    data["listing"] = listing.measure(client, args.listing, args.rounds)
+                    with Pool(listing.HOLDERS + 1, server.url) as pool:
+                        data["listing"] = listing.curve(
+                            pool, server.url, [args.listing], args.rounds, full=True
+                        )
             finally:
                 from django_redis_lock import locks
 
@@ -175,6 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted; the worker processes and the server are stopped.", file=sys.stderr)
         return 130
+    if args.plot and args.listing is None:
+        import plot
+
+        for path in plot.write_all(data, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(data, indent=2))
     elif args.listing is not None:

@@ -1,9 +1,10 @@
 """Several processes contending for one lock: throughput, time spent waiting, fairness, order.
 
 Every process loops for a fixed time, all starting at the same instant: acquire (blocking),
-a tiny critical section, release. The critical section reads a counter and writes it back
-plus one (two round trips): a read-modify-write that loses updates if two processes are
-ever inside at once, so the run also checks mutual exclusion.
+a critical section, release. The critical section reads a counter and writes it back plus one
+(two round trips), a read-modify-write that loses updates if two processes are ever inside at
+once, so the run also checks mutual exclusion; then it sleeps until it has held the lock for
+``hold`` seconds (1 ms by default), as a short real critical section would.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from libraries import DJANGO_REDIS_LOCK, LIBRARIES, WAIT_LIMIT, Library
+from libraries import DJANGO_REDIS_LOCK, LIBRARIES, REDIS_PY, WAIT_LIMIT, Library
 from workers import Job, Pool
 
 #: An acquisition is out of order if its process began waiting more than this after another
 #: process that was still waiting when it got the lock (the slack absorbs the time between a
 #: process reading the clock and its request reaching Redis).
 ORDER_SLACK = 0.001
+#: How many processes contend in the ``fair=True`` case (at most).
+FAIR_PROCESSES = 16
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,18 @@ class Case:
 def cases(process_counts: Sequence[int]) -> list[Case]:
     """Return every library at each count, and django-redis-lock fair at the largest."""
     found = [Case(library, n) for n in process_counts for library in LIBRARIES.values()]
-    return [*found, Case(DJANGO_REDIS_LOCK, max(process_counts), fair=True)]
+    return [*found, Case(DJANGO_REDIS_LOCK, fair_at(process_counts), fair=True)]
 
 
-def contend(job: Job, *, library: str, name: str, fair: bool, seconds: float, counter: str) -> Any:
-    """Loop acquire, read-modify-write, release for ``seconds`` (a job run in a worker)."""
+def fair_at(process_counts: Sequence[int]) -> int:
+    """Return how many processes contend in the ``fair=True`` case: 16, or the most below."""
+    return max([n for n in process_counts if n <= FAIR_PROCESSES] or process_counts)
+
+
+def contend(
+    job: Job, *, library: str, name: str, fair: bool, seconds: float, hold: float, counter: str
+) -> Any:
+    """Loop acquire, read-modify-write, hold, release for ``seconds`` (a job run in a worker)."""
     lib = LIBRARIES[library]
     handle = lib.handle(job.client, name, **({"fair": True} if fair else {}))
     client = job.client
@@ -64,6 +74,7 @@ def contend(job: Job, *, library: str, name: str, fair: bool, seconds: float, co
             raise RuntimeError(f"{lib.label} did not acquire {name!r} within {WAIT_LIMIT} s")
         acquired = time.monotonic()
         client.set(counter, int(client.get(counter) or 0) + 1)
+        time.sleep(max(0.0, acquired + hold - time.monotonic()))
         handle.release()
         entered_at.append(entered)
         acquired_at.append(acquired)
@@ -99,7 +110,9 @@ def out_of_order(entries: Sequence[tuple[float, float]]) -> int:
     return count
 
 
-def run_case(pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float) -> dict[str, Any]:
+def run_case(
+    pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float, hold: float
+) -> dict[str, Any]:
     """Run one contention case in ``case.processes`` workers; return its summary row."""
     name = f"contended:{case.processes}{':fair' if case.fair else ''}"
     counter = f"bench-counter:{case.key}"
@@ -108,6 +121,7 @@ def run_case(pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float)
         "name": name,
         "fair": case.fair,
         "seconds": seconds,
+        "hold": hold,
         "counter": counter,
     }
     results = pool.run(contend, [params] * case.processes, timeout=seconds + WAIT_LIMIT + 30)
@@ -130,6 +144,7 @@ def run_case(pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float)
         "processes": case.processes,
         "fair": case.fair,
         "seconds": seconds,
+        "hold_ms": hold * 1e3,
         "acquisitions": len(in_window),
         "acquisitions_per_s": round(len(in_window) / seconds, 1),
         "wait_p50_ms": round(percentile(waits, 50) * 1e3, 3),
@@ -149,20 +164,33 @@ def run_case(pool: Pool, client: redis.Redis[bytes], case: Case, seconds: float)
     return row
 
 
+def add_ratios(rows: Sequence[dict[str, Any]]) -> None:
+    """Add each row's acquisitions per second as a multiple of redis-py's, as many processes."""
+    reference = {
+        row["processes"]: row["acquisitions_per_s"]
+        for row in rows
+        if row["library"] == REDIS_PY.key and not row["fair"]
+    }
+    for row in rows:
+        base = reference.get(row["processes"])
+        row["vs_redis_py"] = round(row["acquisitions_per_s"] / base, 2) if base else None
+
+
 def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Return the contention rows as a plain-text table."""
     header = (
-        f"{'library':<30}{'procs':>6}{'acq/s':>8}{'wait p50':>10}{'wait p99':>10}"
-        f"{'Jain':>7}{'min-max/proc':>15}{'out of order':>17}{'lost':>6}"
+        f"{'library':<28}{'procs':>6}{'acq/s':>8}{'vs redis-py':>13}{'wait p50':>10}"
+        f"{'wait p99':>10}{'Jain':>7}{'min-max/proc':>15}{'out of order':>17}{'lost':>6}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
         spread = f"{min(row['per_process'])}-{max(row['per_process'])}"
         order = f"{row['out_of_order']} ({row['out_of_order_share']:.1%})"
+        ratio = "-" if row["vs_redis_py"] is None else f"{row['vs_redis_py']:.2f}x"
         lines.append(
-            f"{row['label']:<30}{row['processes']:>6}{row['acquisitions_per_s']:>8,.0f}"
-            f"{row['wait_p50_ms']:>8.2f}ms{row['wait_p99_ms']:>8.1f}ms{row['jain']:>7.3f}"
-            f"{spread:>15}{order:>17}{row['lost_updates']:>6}"
+            f"{row['label']:<28}{row['processes']:>6}{row['acquisitions_per_s']:>8,.0f}"
+            f"{ratio:>13}{row['wait_p50_ms']:>8.2f}ms{row['wait_p99_ms']:>8.1f}ms"
+            f"{row['jain']:>7.3f}{spread:>15}{order:>17}{row['lost_updates']:>6}"
         )
     lines += [
         "",

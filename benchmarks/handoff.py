@@ -151,13 +151,14 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     """Return the handoff rows as a plain-text table."""
     header = (
         f"{'lock':<28}{'p50 us':>9}{'p99 us':>9}{'max us':>9}{'p50 RTTs':>10}{'p99 RTTs':>10}"
-        f"{'p50 vs floor':>14}"
+        f"{'p50 vs floor':>14}{'p99 vs floor':>14}"
     )
     lines = [header, "-" * len(header)]
     for row in rows:
         lines.append(
             f"{row['label']:<28}{row['p50_us']:>9,.0f}{row['p99_us']:>9,.0f}{row['max_us']:>9,.0f}"
             f"{row['p50_rtts']:>10.1f}{row['p99_rtts']:>10.1f}{row['p50_vs_floor']:>13.2f}x"
+            f"{row['p99_vs_floor']:>13.2f}x"
         )
     lines += [
         "",

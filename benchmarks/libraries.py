@@ -16,6 +16,10 @@ import redis
 
 #: Every key django-redis-lock writes here starts with this prefix.
 KEY_PREFIX = "bench"
+#: The alias of the backend the listing benchmark holds its locks on: a database of its own
+#: (:data:`LISTING_DB`), so they are counted and flushed apart from everything else.
+LISTING_ALIAS = "listing"
+LISTING_DB = 1
 #: The lease every library takes, in seconds: long enough never to end during a run.
 LEASE = 30
 #: The longest a blocking acquire waits (python-redis-lock refuses a wait longer than its lease).
@@ -29,18 +33,25 @@ class Handle(NamedTuple):
     release: Callable[[], object]
 
 
+def database_url(url: str, db: int) -> str:
+    """Return ``url`` (``redis://host:port/n``) pointing at database ``db`` instead."""
+    return f"{url.rsplit('/', 1)[0]}/{db}"
+
+
 def configure_django(url: str) -> None:
-    """Configure Django in this process, with one django-redis-lock backend on ``url``."""
+    """Configure Django in this process: django-redis-lock on ``url``, and the listing alias."""
     import django
     from django.conf import settings
 
+    backend = "django_redis_lock.backends.redis.RedisBackend"
     settings.configure(
         INSTALLED_APPS=["django_redis_lock"],
         LOCKS={
-            "default": {
-                "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-                "OPTIONS": {"url": url, "key_prefix": KEY_PREFIX},
-            }
+            "default": {"BACKEND": backend, "OPTIONS": {"url": url, "key_prefix": KEY_PREFIX}},
+            LISTING_ALIAS: {
+                "BACKEND": backend,
+                "OPTIONS": {"url": database_url(url, LISTING_DB), "key_prefix": KEY_PREFIX},
+            },
         },
     )
     django.setup()
@@ -65,28 +76,21 @@ def _python_redis_lock(client: redis.Redis[bytes], name: str, **options: Any) ->
     return Handle(functools.partial(handle.acquire, timeout=WAIT_LIMIT), handle.release)
 
 
-def _django_kind(key: str) -> str:
-    # bench:{name}:h -> "h"; the wake-up lists bench:{name}:s:<owner> -> "s".
-    return key.rpartition("}:")[2].split(":", 1)[0]
-
-
 @dataclass(frozen=True)
 class Library:
-    """One library: how to make its locks, and where and what its keys are.
+    """One library: how to make its locks, and where its keys are.
 
     ``prefix`` keeps its lock names apart from the others' (django-redis-lock needs none: its
-    keys start with :data:`KEY_PREFIX`); ``patterns`` are the SCAN patterns of every key the
-    locks ``name*`` may leave; ``kind`` names what a key is for; ``by_design`` are the kinds
-    meant to outlive a released lock (with an expiry).
+    keys start with :data:`KEY_PREFIX`); ``keyspace`` are the SCAN patterns that match every
+    key the library writes here, whatever each key is for (django-redis-lock's layout is its
+    own business: the benchmark only counts its keys, their memory and their expiry).
     """
 
     key: str
     label: str
     make: Callable[..., Handle]
     prefix: str
-    patterns: Callable[[str], tuple[str, ...]]
-    kind: Callable[[str], str]
-    by_design: frozenset[str] = frozenset()
+    keyspace: tuple[str, ...]
 
     def name(self, name: str) -> str:
         """Return the lock name this library is given for the benchmark's lock ``name``."""
@@ -102,17 +106,10 @@ DJANGO_REDIS_LOCK = Library(
     "django-redis-lock",
     _django_redis_lock,
     prefix="",
-    patterns=lambda name: (f"{KEY_PREFIX}:{{={name}*",),
-    kind=_django_kind,
-    by_design=frozenset({"f"}),
+    keyspace=(f"{KEY_PREFIX}:*",),
 )
 REDIS_PY = Library(
-    "redis_py",
-    "redis-py Lock",
-    _redis_py,
-    prefix="redis-py:",
-    patterns=lambda name: (f"redis-py:{name}*",),
-    kind=lambda key: "lock",
+    "redis_py", "redis-py Lock", _redis_py, prefix="redis-py:", keyspace=("redis-py:*",)
 )
 PYTHON_REDIS_LOCK = Library(
     "python_redis_lock",
@@ -120,12 +117,7 @@ PYTHON_REDIS_LOCK = Library(
     _python_redis_lock,
     prefix="python-redis-lock:",
     # Its keys are "lock:<name>" and "lock-signal:<name>" (expiring a second after release).
-    patterns=lambda name: (
-        f"lock:python-redis-lock:{name}*",
-        f"lock-signal:python-redis-lock:{name}*",
-    ),
-    kind=lambda key: "signal" if key.startswith("lock-signal:") else "lock",
-    by_design=frozenset({"signal"}),
+    keyspace=("lock:python-redis-lock:*", "lock-signal:python-redis-lock:*"),
 )
 LIBRARIES: dict[str, Library] = {
     library.key: library for library in (DJANGO_REDIS_LOCK, REDIS_PY, PYTHON_REDIS_LOCK)

@@ -10,7 +10,10 @@ from typing import Any
 import contention
 import footprint
 import handoff
+import listing
 import redis
+import renewal_cost
+import servertime
 import uncontended
 
 
@@ -55,49 +58,100 @@ def _row(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     """Return django-redis-lock's targets, each with the measured value and whether it is met."""
-    ours = "django_redis_lock"
+    ours, theirs = "django_redis_lock", "redis_py"
     cycle = _row(report["uncontended"], scenario=ours)
+    acycle = _row(report["uncontended"], scenario=f"{ours}_asyncio")
+    server, server_ref = (_row(report["server_time"], subject=key) for key in (ours, theirs))
     handed = _row(report["handoff"], contender=ours)
-    most = max(row["processes"] for row in report["contention"])
-    plain = _row(report["contention"], library=ours, processes=most, fair=False)
-    fair = _row(report["contention"], library=ours, processes=most, fair=True)
+    floor = _row(report["handoff"], contender=handoff.FLOOR.key)
+    rows = report["contention"]
+    fair = _row(rows, library=ours, fair=True)
+    memory = _row(report["memory"]["distinct"], library=ours)
+    end = report["memory"]["end"]["libraries"][ours]
+    lost = sum(row["lost_updates"] for row in rows)
     renewal = report["renewal"]
-    distinct = _row(report["keys"]["distinct"], library=ours)
-    end = report["keys"]["end"]["libraries"][ours]
-    lost = sum(row["lost_updates"] for row in report["contention"])
-    per_interval = renewal["round_trips_per_interval"]
-    one_trip = (
-        renewal["leases_per_call"] == [renewal["held"]]
-        and per_interval is not None
-        and per_interval <= 1.05
-        and renewal["lost"] == 0
-    )
     checks = [
         (
-            "uncontended >= 0.9x redis-py",
+            "uncontended >= 1.0x redis-py",
             f"{cycle['vs_redis_py']:.2f}x",
-            cycle["vs_redis_py"] >= 0.9,
+            cycle["vs_redis_py"] >= 1.0,
         ),
-        ("handoff p50 <= 2 RTTs", f"{handed['p50_rtts']:.1f} RTTs", handed["p50_rtts"] <= 2),
-        ("handoff p99 <= 10 RTTs", f"{handed['p99_rtts']:.1f} RTTs", handed["p99_rtts"] <= 10),
-        (f"Jain >= 0.98 at {most} processes", f"{plain['jain']:.3f}", plain["jain"] >= 0.98),
-        (f"Jain >= 0.98 at {most}, fair=True", f"{fair['jain']:.3f}", fair["jain"] >= 0.98),
         (
-            f"FIFO with fair=True ({most} processes)",
+            "server time per cycle <= 2x redis-py (commandstats)",
+            f"{server['usec_vs_redis_py']:.2f}x ({server['usec_per_cycle']:.1f} vs"
+            f" {server_ref['usec_per_cycle']:.1f} us; CPU {server['cpu_vs_redis_py']:.2f}x)",
+            server["usec_vs_redis_py"] <= 2.0,
+        ),
+        (
+            "handoff p50 <= 1.25x floor p50",
+            f"{handed['p50_vs_floor']:.2f}x ({handed['p50_us']:,.0f} vs"
+            f" {floor['p50_us']:,.0f} us)",
+            handed["p50_vs_floor"] <= 1.25,
+        ),
+        (
+            "handoff p99 <= 2x floor p99",
+            f"{handed['p99_vs_floor']:.2f}x ({handed['p99_us']:,.0f} vs"
+            f" {floor['p99_us']:,.0f} us)",
+            handed["p99_vs_floor"] <= 2.0,
+        ),
+    ]
+    for processes in (4, 16):
+        row = _row(rows, library=ours, processes=processes, fair=False)
+        checks.append(
+            (
+                f"contended >= 1.0x redis-py acq/s at {processes} processes",
+                f"{row['vs_redis_py']:.2f}x ({row['acquisitions_per_s']:,.0f} acq/s)",
+                row["vs_redis_py"] >= 1.0,
+            )
+        )
+    for processes in (4, 16):
+        row = _row(rows, library=ours, processes=processes, fair=False)
+        checks.append(
+            (f"Jain >= 0.98 at {processes} processes", f"{row['jain']:.3f}", row["jain"] >= 0.98)
+        )
+    at16 = _row(rows, library=ours, processes=16, fair=False)
+    outliving = memory["outliving_lease"] + end["outliving_lease"]
+    checks += [
+        (
+            "wait p99 <= 50 ms at 16 processes",
+            f"{at16['wait_p99_ms']:.1f} ms",
+            at16["wait_p99_ms"] <= 50,
+        ),
+        (
+            f"memory <= {footprint.TARGET_GROWTH // 1000} kB per {footprint.PER_NAMES:,} names",
+            f"{memory['growth_per_10k_names']:+,} B of used_memory ({memory['keys']:,} keys,"
+            f" {memory['key_bytes']:,} B, left by {memory['locks']:,} names)",
+            memory["growth_per_10k_names"] <= footprint.TARGET_GROWTH,
+        ),
+        (
+            "nothing left outlives its lease",
+            f"{memory['outliving_lease']:,} of {memory['keys']:,} keys after"
+            f" {memory['locks']:,} locks, {end['outliving_lease']:,} at the end"
+            + (f" (max TTL {end['max_ttl_s']:,.0f} s)" if end["max_ttl_s"] else ""),
+            outliving == 0,
+        ),
+        (
+            "alock >= 1.0x redis-py asyncio Lock",
+            f"{acycle['vs_redis_py']:.2f}x",
+            acycle["vs_redis_py"] >= 1.0,
+        ),
+        (
+            f"FIFO with fair=True ({fair['processes']} processes)",
             f"{fair['out_of_order']} out of order",
             fair["out_of_order"] == 0,
         ),
         (
-            f"1 renewal round trip per interval ({renewal['held']:,} locks)",
-            f"{per_interval} per interval, {'/'.join(map(str, renewal['leases_per_call']))}"
-            " leases each",
-            one_trip,
-        ),
-        (
-            "no lock keys left (fencing counters expire)",
-            f"{distinct['lock_state_keys']} after {distinct['locks']:,} locks,"
-            f" {end['lock_state_keys']} at the end",
-            distinct["lock_state_keys"] == 0 and end["lock_state_keys"] == 0,
+            "1 renewal round trip per interval ("
+            + " / ".join(f"{row['held']:,}" for row in renewal)
+            + " locks)",
+            " / ".join(f"{row['round_trips_per_round']:g}" for row in renewal)
+            + " round trips per round (every lease renewed once)",
+            all(
+                row["leases_per_call"] == [row["held"]]
+                and row["round_trips_per_round"] == 1
+                and row["lost"] == 0
+                for row in renewal
+            ),
         ),
         ("mutual exclusion (no lost updates, any library)", f"{lost} lost", lost == 0),
     ]
@@ -107,7 +161,6 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
 def format_report(report: dict[str, Any]) -> str:
     """Return the whole report as plain text."""
     machine, params = report["machine"], report["parameters"]
-    renewal = report["renewal"]
     lines = [
         f"Python {machine['python']} on {machine['platform']}",
         f"CPU: {machine['cpu']} ({machine['cpu_count']} CPUs), load average at start"
@@ -126,22 +179,31 @@ def format_report(report: dict[str, Any]) -> str:
         "",
         uncontended.format_table(report["uncontended"]),
         "",
-        f"2. Contention: processes on one lock for {params['contention_seconds']:g} s each,"
-        " critical section = GET + SET of a counter",
+        "2. Redis server time per uncontended cycle (the libraries taking turns in slices)",
+        "",
+        servertime.format_table(report["server_time"]),
+        "",
+        f"3. Contention: processes on one lock for {params['contention_seconds']:g} s each,"
+        f" critical section = GET + SET of a counter, lock held {params['hold'] * 1e3:g} ms",
         "",
         contention.format_table(report["contention"]),
         "",
-        "3. Handoff latency: release -> the waiting process's acquire returns, 2 processes",
+        "4. Handoff latency: release -> the waiting process's acquire returns, 2 processes",
         "",
         handoff.format_table(report["handoff"]),
         "",
-        f"4. Keys left after acquiring and releasing {params['distinct']:,} distinct lock names",
+        f"5. Keys and memory left after acquiring and releasing {params['distinct']:,} distinct"
+        " lock names",
         "",
-        footprint.format_table(report["keys"]["distinct"], report["keys"]["end"]),
+        footprint.format_table(report["memory"]["distinct"], report["memory"]["end"]),
         "",
-        f"5. Renewal: {renewal['locks']:,} django-redis-lock locks held in one process",
+        "6. Renewal: django-redis-lock locks held with auto_renew in one process",
         "",
-        footprint.format_renewal(renewal),
+        renewal_cost.format_table(report["renewal"]),
+        "",
+        "7. Listing: manage.py locks list --json over held django-redis-lock locks",
+        "",
+        listing.format_table(report["listing"]),
         "",
         "Targets (django-redis-lock)",
         "",
