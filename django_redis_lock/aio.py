@@ -29,6 +29,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .holds import Hold
 from .owner import current_task_owner
 
 __all__ = ["AsyncLock", "alock"]
@@ -105,8 +106,10 @@ class AsyncLock(LockHandle):
 
     async def release(self) -> None:
         """Drop one hold of the calling task; see :meth:`.Lock.release`."""
-        backend, owner = self.backend, self._owner_token()
-        hold = self._before_release(backend, owner)
+        backend, owner = locks[self.using], self._owner_token()
+        await self._release(backend, owner, self._before_release(backend, owner))
+
+    async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
             left = await backend.arelease(self.name, owner, None if hold is None else hold.count)
         except asyncio.CancelledError:
@@ -176,9 +179,10 @@ class AsyncLock(LockHandle):
 
     async def _leave(self, exc: BaseException | None = None) -> None:
         """Release as leaving an ``async with`` block does; see :meth:`.Lock._leave`."""
-        hold = self._hold()
-        with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
-            await self.release()
+        backend, owner = locks[self.using], self._owner_token()
+        hold = self._before_release(backend, owner)
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by the release
+            await self._release(backend, owner, hold)
         self._left(hold, exc)
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
