@@ -1,24 +1,28 @@
 """Where an uncontended acquire+release spends its time, next to redis-py's ``Lock``.
 
-Run it from the repository root, outside pytest::
+Run it from the repository root, outside pytest (``PYTHONPATH=.`` to measure this checkout)::
 
-    python benchmarks/profile_cycle.py                 # about 40 seconds
+    python benchmarks/profile_cycle.py                 # about two minutes
     python benchmarks/profile_cycle.py --cycles 20000 --rounds 5
 
 Every cycle builds a fresh lock object, as user code does (``l = lock("x"); l.acquire();
-l.release()``, ``with lock("x"): pass``, and ``client.lock("y", timeout=30)`` for redis-py).
-It starts its own throw-away ``redis-server`` and prints three tables:
+l.release()``, ``with lock("x"): pass``, and ``client.lock("y", timeout=30)`` for redis-py;
+the same with ``alock`` and redis-py's asyncio ``Lock``). It starts its own throw-away
+``redis-server`` and prints three tables:
 
-1. wall clock: cycles per second of each scenario, the scenarios taking turns in short slices
-   (so background load falls on all alike), the median of ``--rounds`` rounds, and the ratio
-   to redis-py's ``Lock`` (blocking) or asyncio ``Lock``;
-2. Python time with no I/O: the same cycles on a client that answers at once with canned
-   replies (no socket, no command packing or reply parsing), so what is left is each
-   library's own Python;
-3. a cProfile breakdown of the cycle, in microseconds per cycle (profiled, so inflated for
-   code that makes many small calls), grouped by where the time is spent. The self time of
-   a function outside these groups (the standard library, builtins, dataclass ``__init__``)
-   counts for the group of its caller.
+1. wall clock: cycles per second of each scenario, the scenarios taking turns in slices of
+   500 cycles (so background load falls on all alike), the median of ``--rounds`` rounds, the
+   ratio to redis-py's blocking or asyncio ``Lock``, and the server's own time per cycle
+   (every command and script, from ``INFO commandstats``);
+2. Python time alone: the same cycles on clients that answer at once with canned replies (no
+   socket, no command packing or reply parsing), so what is left is each library's Python;
+3. where a cycle's time goes, in microseconds: the server's time; each group of Python
+   frames as its share of a cProfile of table 2's cycles, times table 2's time (the self
+   time of a function outside the groups, such as the standard library, builtins or a
+   dataclass ``__init__``, counts for its caller's group); and the rest of the wall clock,
+   which is the client's socket I/O and redis-py's client (packing, parsing, pool).
+
+On a loaded machine the wall clock moves from run to run; tables 2 and 3 move much less.
 """
 
 from __future__ import annotations
