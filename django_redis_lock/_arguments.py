@@ -35,8 +35,12 @@ __all__ = ["LockArguments"]
 
 _HOST = socket.gethostname()
 
-#: The most holder details kept serialised per handle (thread and task names come and go).
+#: The most holder details kept serialised per cache (thread and task names come and go).
 _HOLDER_CACHE = 256
+
+#: The holder details of handles without metadata, shared: each ``lock(name)`` is a new
+#: handle, and its holder reads the same as the last one's in that thread.
+_holders_without_metadata: dict[tuple[str, int], bytes] = {}
 
 
 class LockArguments:
@@ -148,11 +152,12 @@ class LockArguments:
         """Return the holder details recorded with a hold of the caller (see holder_metadata)."""
         # Serialised once per thread or task name, and again in a forked child (its pid differs).
         key = (self._where(), os.getpid())
-        cached = self._holder_cache.get(key)
+        cache = self._holder_cache if self.metadata else _holders_without_metadata
+        cached = cache.get(key)
         if cached is None:
-            if len(self._holder_cache) >= _HOLDER_CACHE:
-                self._holder_cache.clear()
-            cached = self._holder_cache[key] = holder_metadata(
+            if len(cache) >= _HOLDER_CACHE:
+                cache.clear()
+            cached = cache[key] = holder_metadata(
                 host=_HOST, pid=key[1], thread=key[0], data=self.metadata
             )
         return cached

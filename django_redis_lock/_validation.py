@@ -72,14 +72,13 @@ def _seconds(
     return float(value)
 
 
+_LEASE_MUST = f"a finite number of seconds of at least {MIN_SECONDS}"
+
+
 def validate_ttl(value: object, *, argument: str = "ttl", lock_name: str | None = None) -> float:
     """Return ``value`` as seconds if it is a lease from 1 ms to :data:`MAX_SECONDS`."""
     return _seconds(
-        value,
-        argument=argument,
-        lock_name=lock_name,
-        at_least=MIN_SECONDS,
-        must=f"a finite number of seconds of at least {MIN_SECONDS}",
+        value, argument=argument, lock_name=lock_name, at_least=MIN_SECONDS, must=_LEASE_MUST
     )
 
 

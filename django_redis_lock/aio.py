@@ -29,6 +29,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .holds import Hold
 from .owner import current_task_owner
 
 __all__ = ["AsyncLock", "alock"]
@@ -73,12 +74,13 @@ class AsyncLock(LockHandle):
         # The loop decides; this sends its calls, and throws their errors back in.
         backend, owner = locks[self.using], self._owner_token()
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        cancels = _cancels()
+        task = asyncio.current_task()
+        cancels = _cancels(task)
         try:
             call = next(steps)
             while True:
                 try:
-                    reply = await self._call(backend, owner, call, cancels)
+                    reply = await self._call(backend, owner, call, task, cancels)
                 except BaseException as error:
                     call = steps.throw(error)
                 else:
@@ -86,11 +88,16 @@ class AsyncLock(LockHandle):
         except StopIteration as done:
             return bool(done.value)
         except BackendUnavailableError:
-            _raise_if_cancelled(cancels)  # the client's time-out stood for a cancellation
+            _raise_if_cancelled(task, cancels)  # the client's time-out stood for a cancellation
             raise
 
     async def _call(
-        self, backend: BaseLockBackend, owner: str, call: Step, cancels: int
+        self,
+        backend: BaseLockBackend,
+        owner: str,
+        call: Step,
+        task: asyncio.Task[object] | None,
+        cancels: int,
     ) -> AcquireResult | None:
         if isinstance(call, Withdraw):
             # Seen to its end even if the task is cancelled again meanwhile.
@@ -100,13 +107,15 @@ class AsyncLock(LockHandle):
             reply = await backend.aacquire(self.name, owner, call)
         else:
             reply = await backend.await_and_claim(self.name, owner, call.seconds, call.request)
-        _raise_if_cancelled(cancels)
+        _raise_if_cancelled(task, cancels)
         return reply
 
     async def release(self) -> None:
         """Drop one hold of the calling task; see :meth:`.Lock.release`."""
-        backend, owner = self.backend, self._owner_token()
-        hold = self._before_release(backend, owner)
+        backend, owner = locks[self.using], self._owner_token()
+        await self._release(backend, owner, self._before_release(backend, owner))
+
+    async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
             left = await backend.arelease(self.name, owner, None if hold is None else hold.count)
         except asyncio.CancelledError:
@@ -176,9 +185,10 @@ class AsyncLock(LockHandle):
 
     async def _leave(self, exc: BaseException | None = None) -> None:
         """Release as leaving an ``async with`` block does; see :meth:`.Lock._leave`."""
-        hold = self._hold()
-        with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
-            await self.release()
+        backend, owner = locks[self.using], self._owner_token()
+        hold = self._before_release(backend, owner)
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by the release
+            await self._release(backend, owner, hold)
         self._left(hold, exc)
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -241,21 +251,20 @@ class AsyncLock(LockHandle):
             )
 
 
-def _cancels() -> int:
-    """Return how many cancellations of the running task are pending (0 before Python 3.11)."""
-    task = asyncio.current_task()
+def _cancels(task: asyncio.Task[object] | None) -> int:
+    """Return how many cancellations of ``task`` are pending (0 before Python 3.11)."""
     cancelling = getattr(task, "cancelling", None)
     return 0 if cancelling is None else int(cancelling())
 
 
-def _raise_if_cancelled(before: int) -> None:
+def _raise_if_cancelled(task: asyncio.Task[object] | None, before: int) -> None:
     """Raise the cancellation a client library swallowed while the task awaited it.
 
     redis-py's asyncio client can return a reply to a task cancelled meanwhile, as if the
     cancellation never came (its read timeout takes it for its own). A lock must not go on
     as if it had not been cancelled: that task would hold a lock its caller gave up.
     """
-    if _cancels() > before:
+    if _cancels(task) > before:
         raise asyncio.CancelledError
 
 

@@ -20,6 +20,7 @@ from ._validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import LockArgumentTypeError, LockError, LockNotOwnedError
 from .handler import locks
+from .holds import Hold
 from .owner import current_owner
 
 __all__ = ["Lock", "current_owner", "lock"]
@@ -109,7 +110,9 @@ class Lock(LockHandle):
         already released, or its lease ended (and another owner may hold the lock now).
         """
         backend, owner = locks[self.using], self._owner_token()
-        hold = self._before_release(backend, owner)
+        self._release(backend, owner, self._before_release(backend, owner))
+
+    def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
             left = backend.release(self.name, owner, None if hold is None else hold.count)
         except LockError:
@@ -182,9 +185,10 @@ class Lock(LockHandle):
 
         Raises LockLostError if the hold was lost and the block raised nothing.
         """
-        hold = self._hold()
-        with contextlib.suppress(LockNotOwnedError):  # reported as lost by release()
-            self.release()
+        backend, owner = locks[self.using], self._owner_token()
+        hold = self._before_release(backend, owner)
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by the release
+            self._release(backend, owner, hold)
         self._left(hold, exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:

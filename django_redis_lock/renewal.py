@@ -96,7 +96,9 @@ class Renewer:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # Held directly (not through the condition) where nobody waits, as it is cheaper.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._leases: set[Lease] = set()
         self._undos: list[Undo] = []
         self._thread: threading.Thread | None = None
@@ -104,7 +106,7 @@ class Renewer:
 
     def add(self, lease: Lease) -> None:
         """Start renewing ``lease``."""
-        with self._cond:
+        with self._lock:
             self._leases.add(lease)
             self._wake(lease.due)
 
@@ -129,8 +131,8 @@ class Renewer:
             self._undos = [undo for undo in self._undos if undo.backend is not backend]
 
     def _wake(self, due: float) -> None:
-        # Called with the condition held.
-        if self._thread is None or not self._thread.is_alive():
+        # Called with the lock held.
+        if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="django-redis-lock-renewal", daemon=True
             )
@@ -141,7 +143,7 @@ class Renewer:
 
     def remove(self, lease: Lease) -> None:
         """Stop renewing ``lease``; a renewal already sent for it is ignored."""
-        with self._cond:
+        with self._lock:
             lease.active = False
             self._leases.discard(lease)
 
@@ -150,14 +152,19 @@ class Renewer:
             return len(self._leases)
 
     def _run(self) -> None:
-        while True:
-            for lane, batch in self._wait_for_due().items():
-                threading.Thread(
-                    target=self._work,
-                    args=(lane[0], batch),
-                    name="django-redis-lock-renewal-lane",
-                    daemon=True,
-                ).start()
+        try:
+            while True:
+                for lane, batch in self._wait_for_due().items():
+                    threading.Thread(
+                        target=self._work,
+                        args=(lane[0], batch),
+                        name="django-redis-lock-renewal-lane",
+                        daemon=True,
+                    ).start()
+        finally:  # a thread that could not be started, say: the next registration starts one
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
 
     def _wait_for_due(self) -> dict[tuple[BaseLockBackend, object], _Batch]:
         with self._cond:
@@ -291,7 +298,8 @@ class Renewer:
 
     def _forget_in_child(self) -> None:
         # A forked child holds none of its parent's locks and has no renewal thread.
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._leases = set()
         self._undos = []
         self._thread = None

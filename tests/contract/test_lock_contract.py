@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -287,6 +288,22 @@ def test_iter_locks__lists_holder_details(using: str, backend: BaseLockBackend) 
     assert info.host
     assert 0 <= info.held_for < 5
     assert info.acquired_at.tzinfo is not None
+
+
+def test_iter_locks__each_new_handle_records_its_own_holder(
+    using: str, backend: BaseLockBackend
+) -> None:
+    # Handles without metadata share their holder details, serialised once per thread.
+    def listed(**options: Any) -> dict[str, Any]:
+        with lock("contract:holder", using=using, **options):
+            (info,) = backend.iter_locks("contract:holder")
+        assert info.thread == threading.current_thread().name
+        return info.metadata
+
+    assert listed() == {}
+    assert listed(metadata={"job": 1}) == {"job": 1}
+    assert listed() == {}
+    assert in_thread(listed) == {}
 
 
 def test_iter_locks__matches_globs_and_odd_names(using: str, backend: BaseLockBackend) -> None:
