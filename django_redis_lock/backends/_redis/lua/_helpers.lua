@@ -1,5 +1,49 @@
--- Helpers of the slower paths (semaphores, contention, waiting), inserted where a script
--- says "--! helpers", after its fast path has returned: a free lock does not pay for them.
+-- The functions of every script but its fast path (semaphores, contention, waiting),
+-- inserted where a script says "--! helpers", after its fast path has returned: a free lock
+-- does not pay for defining them.
+
+-- The server's time, read once and only by the paths that need it.
+local clock_ms, clock_us
+local function now()
+  if not clock_ms then
+    local clock = redis.call('TIME')
+    clock_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    clock_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  end
+  return clock_ms
+end
+
+-- A holder's record: "<lease end ms> <holds> <fencing token> <acquired at ms> <attempt>
+-- <metadata JSON>", the attempt being the client's id of the acquire that last took or re-took
+-- the hold (so a late undo touches only that attempt).
+local function record(ends, holds, fence, at, attempt, meta)
+  return string.format('%.0f %d %s %.0f %s ', ends, holds, fence, at, attempt) .. meta
+end
+
+-- Return a record's lease end, holds, fencing token (a string), acquired at, attempt, meta.
+local function parse(text)
+  local ends, holds, fence, at, attempt, meta =
+    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%S*) (.*)$')
+  return tonumber(ends), tonumber(holds), fence, tonumber(at), attempt, meta
+end
+
+-- A new fencing token for a lease of ``lease`` ms (as a string): the server's clock in
+-- microseconds, so tokens grow strictly per name with no key kept once the lock is free; above
+-- ``above`` (a token still live on the name), and, with fencing_ttl > 0, one more than the
+-- durable counter, which then also covers a clock stepped back.
+local function new_fence(fence_ttl, lease, above)
+  now()
+  local fence = clock_us
+  if above then
+    fence = math.max(fence, tonumber(above) + 1)
+  end
+  if fence_ttl > 0 then
+    local K_fence = base .. 'f'
+    fence = math.max(fence, tonumber(redis.call('GET', K_fence) or '0') + 1)
+    redis.call('SET', K_fence, string.format('%.0f', fence), 'PX', lease + fence_ttl)
+  end
+  return string.format('%.0f', fence)
+end
 
 local K_queue, K_waiters = base .. 'q', base .. 'w'
 

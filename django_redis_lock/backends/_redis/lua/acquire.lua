@@ -21,15 +21,19 @@ local known, attempt = tonumber(ARGV[8]), ARGV[9]
 
 -- Keys are looked at one by one: in a Redis Cluster slot that is being migrated, a command
 -- on several keys fails when one of them is missing.
-if flags == '-' and not (known and known > 0) and redis.call('EXISTS', K_holders) == 0
+if flags == '-' and fence_ttl == 0 and not (known and known > 0)
+    and redis.call('EXISTS', K_holders) == 0
     and redis.call('EXISTS', base .. 'x:' .. attempt) == 0 then
   -- The common case: nobody holds the lock, and this is a first, non-fair attempt not
   -- withdrawn already (owners waiting, if any, are served at its release). One hash field,
-  -- one expiry.
-  local fence = new_fence(fence_ttl, lease)
-  local ends = now() + lease
-  redis.call('HSET', K_holders, owner, record(ends, 1, fence, now(), attempt, meta))
-  redis.call('PEXPIREAT', K_holders, ends - 1)
+  -- one expiry; the fencing token is the server's clock in microseconds (see new_fence()),
+  -- and the record is the one record() writes.
+  local clock = redis.call('TIME')
+  local at = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local fence = string.format('%s%06d', clock[1], clock[2])
+  redis.call('HSET', K_holders, owner,
+    string.format('%.0f 1 %s %.0f %s ', at + lease, fence, at, attempt) .. meta)
+  redis.call('PEXPIREAT', K_holders, at + lease - 1)
   return {1, tonumber(fence), 1, lease}
 end
 

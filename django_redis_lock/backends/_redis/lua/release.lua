@@ -23,6 +23,9 @@ if holds <= 0 and #sample == 2 and redis.call('EXISTS', base .. 'q') == 0 then
   redis.call('DEL', K_holders)
   return 0
 end
+
+--! helpers
+
 local ends, _, fence, at, attempt, meta = parse(text)
 -- A lone holder's key expires with its lease, so finding it proves its lease is live; among
 -- several holders (a semaphore) the key outlives the shorter leases: ask the clock.
@@ -34,8 +37,6 @@ if holds > 0 then
   redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, meta))
   return holds
 end
-
---! helpers
 
 redis.call('HDEL', K_holders, owner)
 if #sample > 2 then
