@@ -310,3 +310,18 @@ def test_sentinel__errors_name_the_service_not_the_url_host() -> None:
     assert "nohost" not in message
     assert "secret" not in message
     backend.close()
+
+
+def test_upgrade__a_lock_held_in_the_old_layout_is_refused_not_taken(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    # Until its lease ends, a lock held by a process of the version before the one-key layout
+    # (a sorted set of holders) answers WRONGTYPE: an error, never a second holder.
+    key = f"{prefix}:{{=upgrading}}:h"
+    raw_redis.zadd(key, {"old-owner": 4_000_000_000_000})
+    raw_redis.pexpire(key, 30_000)
+    with pytest.raises(BackendUnavailableError, match="WRONGTYPE"):
+        lock("upgrading").acquire(blocking=False)
+    assert raw_redis.type(key) == b"zset"
+    assert raw_redis.zrange(key, 0, -1) == [b"old-owner"]
+    raw_redis.delete(key)
