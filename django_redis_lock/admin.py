@@ -21,7 +21,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from ._admin_page import REFRESH_CHOICES, ListQuery, LockRow, kept_filters
-from .exceptions import BackendUnavailableError, InvalidLockArgumentError
+from .exceptions import (
+    BackendUnavailableError,
+    InvalidLockArgumentError,
+    InvalidLockBackendError,
+)
 from .handler import locks
 from .models import Lock
 
@@ -159,7 +163,8 @@ class LockAdmin(ModelAdmin):
                 cursor, infos = locks[alias].scan_page(
                     query.pattern, cursor, count=self.list_per_page - len(rows)
                 )
-            except BackendUnavailableError as exc:
+            except (BackendUnavailableError, InvalidLockBackendError) as exc:
+                # Unreachable, or refused by the checks: the other aliases are still listed.
                 messages.error(request, f"Locks on alias {alias!r} could not be listed: {exc}")
                 cursor, infos = None, []
             except InvalidLockArgumentError:  # a cursor edited by hand: start that alias over
@@ -203,7 +208,7 @@ class LockAdmin(ModelAdmin):
             if request.method == "POST":
                 row = LockRow(alias, holder) if holder else None
                 return self.release(request, alias, name, owner, row=row, back_url=back_url)
-        except BackendUnavailableError as exc:
+        except (BackendUnavailableError, InvalidLockBackendError) as exc:
             messages.error(request, f"Nothing was released: {exc}")
             return HttpResponseRedirect(back_url)
         if holder is None:
