@@ -203,6 +203,10 @@ class LockHandle(LockArguments):
                 continue
             late = 0
             if not waiting:
+                left = deadline - time.monotonic() if blocking and deadline else 0.0
+                if left > 0:  # the wait before this try ended early (Redlock's are jittered)
+                    pause = left
+                    continue
                 if blocking and timeout:
                     logger.warning(
                         "Gave up acquiring lock %r after %.3fs: another owner holds it.",
@@ -374,10 +378,7 @@ class LockHandle(LockArguments):
         """
         hold = self._hold()
         if hold is None:
-            raise LockNotOwnedError(
-                f"Cannot check lock {self.name!r}: this owner does not hold it.",
-                lock_name=self.name,
-            )
+            raise self._not_owned("check")
         return hold, hold.lost_reason is None and hold.lease is None
 
     def _checked(self, hold: Hold, live: bool) -> None:
@@ -393,7 +394,5 @@ class LockHandle(LockArguments):
         The block's own exception ``exc`` (or ``raise_on_lost=False``) wins over the loss,
         which was logged and signalled all the same.
         """
-        lost = hold is not None and hold.lost_reason is not None
-        if lost and exc is None and self.raise_on_lost:
-            assert hold is not None
+        if exc is None and self.raise_on_lost and hold and hold.lost_reason is not None:
             raise LockLostError(hold.lost_message(), lock_name=self.name)
