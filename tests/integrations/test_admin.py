@@ -269,21 +269,6 @@ def test_list__search(viewer: Client, search: dict[str, str], found: set[str]) -
     assert {alias for alias, _, _ in rows(response)} == ({"default", "locmem"} if found else set())
 
 
-def test_list__refused_alias_is_reported_and_others_listed(
-    viewer: Client, redis_url: str, prefix: str
-) -> None:
-    setting = locks_setting(redis_url, prefix)
-    setting["default"]["OPTIONS"]["ttl"] = 0  # refused: manage.py check says E009
-    with override_settings(LOCKS=setting):
-        hold("locmem", "b", "owner-2")
-        response = viewer.get(LIST_URL)
-    assert response.status_code == 200
-    assert rows(response) == [("locmem", "b", "owner-2")]
-    (message,) = texts(response)
-    assert message.startswith("Locks on alias 'default' could not be listed:")
-    assert "ttl" in message
-
-
 def test_list__auto_refresh(viewer: Client) -> None:
     page = viewer.get(LIST_URL, {"refresh": "5"}).content.decode()
     assert '<meta http-equiv="refresh" content="5">' in page
@@ -293,10 +278,13 @@ def test_list__auto_refresh(viewer: Client) -> None:
         )
 
 
-def test_list__unreachable_alias_is_reported_and_others_listed(
-    viewer: Client, prefix: str
+@pytest.mark.parametrize("refused", [False, True], ids=["unreachable", "refused"])
+def test_list__unreachable_or_refused_alias_is_reported_and_others_listed(
+    viewer: Client, prefix: str, refused: bool
 ) -> None:
     setting = locks_setting("redis://127.0.0.1:1/0", prefix)
+    if refused:
+        setting["default"]["OPTIONS"]["ttl"] = 0  # refused: manage.py check says E009
     with override_settings(LOCKS=setting):
         hold("locmem", "b", "owner-2")
         response = viewer.get(LIST_URL)
@@ -304,6 +292,7 @@ def test_list__unreachable_alias_is_reported_and_others_listed(
     assert rows(response) == [("locmem", "b", "owner-2")]
     (message,) = texts(response)
     assert message.startswith("Locks on alias 'default' could not be listed:")
+    assert ("'ttl'" in message) is refused
 
 
 # Paging ------------------------------------------------------------------------------------
