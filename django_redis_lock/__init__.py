@@ -3,6 +3,7 @@
 from .aio import AsyncLock, alock
 from .exceptions import (
     BackendUnavailableError,
+    DuplicateTaskError,
     InvalidLockArgumentError,
     InvalidLockBackendError,
     LockArgumentTypeError,
@@ -19,6 +20,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AsyncLock",
     "BackendUnavailableError",
+    "DuplicateTaskError",
     "InvalidLockArgumentError",
     "InvalidLockBackendError",
     "Lock",

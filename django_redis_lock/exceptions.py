@@ -6,6 +6,7 @@ all. Configuration mistakes are different: they derive from Django's
 
     LockError                       a lock operation failed (carries ``lock_name``)
     ├── LockNotAcquiredError        a ``with`` block could not acquire (in time)
+    │   └── DuplicateTaskError      a task with the same key is queued or running already
     ├── LockNotOwnedError           release/extend by an owner that does not hold the lock
     ├── LockLostError               the lease ended (or was taken) while the holder worked
     ├── BackendUnavailableError     Redis did not answer in time, or refused the command
@@ -22,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
     "BackendUnavailableError",
+    "DuplicateTaskError",
     "InvalidLockArgumentError",
     "InvalidLockBackendError",
     "LockArgumentTypeError",
@@ -42,6 +44,19 @@ class LockError(Exception):
 
 class LockNotAcquiredError(LockError):
     """The lock is held by another owner and could not be acquired in time."""
+
+
+class DuplicateTaskError(LockNotAcquiredError):
+    """A task was not sent: an instance with the same key is queued or running already.
+
+    ``task_id`` is that instance's task id, when known.
+    """
+
+    def __init__(
+        self, message: str, *, lock_name: str | None = None, task_id: str | None = None
+    ) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.task_id = task_id
 
 
 class LockNotOwnedError(LockError):

@@ -43,7 +43,7 @@ class TaskRecord:
     task_id: str | None
     task_name: str
     hostname: str | None
-    worker_pid: int
+    worker_pid: int | None
     args: str
     started_at: str
 

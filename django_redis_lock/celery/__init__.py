@@ -23,12 +23,11 @@ Only this module, and the private modules it uses, import Celery
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import inspect
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from celery import Task
@@ -39,9 +38,18 @@ from django.core.exceptions import ImproperlyConfigured
 from .._validation import validate_limit, validate_timeout, validate_ttl
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
-from ..listing import TaskRecord, describe_holder, retry_after
+from ..listing import describe_holder, retry_after
 from ..lock import Lock
-from .keys import MAX_READABLE_NAME, KeySpec, Policy, SingleInstance, config_of
+from .enqueue import take_over_claim
+from .keys import (
+    MAX_READABLE_NAME,
+    Enqueue,
+    KeySpec,
+    Policy,
+    SingleInstance,
+    config_of,
+    task_record,
+)
 from .worker import (
     CHILD_EXIT_WAIT,
     RUN_ID_FIELD,
@@ -81,6 +89,8 @@ def single_instance(
     using: str = DEFAULT_ALIAS,
     countdown: float | None = None,
     max_retries: int | None = None,
+    enqueue: Enqueue = "allow",
+    enqueue_ttl: float = 3600.0,
 ) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
     """Let at most ``limit`` runs of the decorated task run at once (per ``key``).
 
@@ -95,6 +105,12 @@ def single_instance(
     retry after ``countdown`` seconds, by default when the holder's lease ends, within
     ``max_retries``) or ``"wait"`` (up to ``timeout`` seconds, then as ``then`` says).
     ``ttl`` is the lease, renewed while the body runs.
+
+    ``enqueue`` refuses duplicates when they are sent: with ``"skip"`` or ``"raise"``,
+    ``delay()`` and ``apply_async()`` of a run whose key is queued or running send nothing
+    and return the :class:`~celery.result.AsyncResult` of that one, or raise
+    :class:`~django_redis_lock.DuplicateTaskError`. A message never run holds its claim for
+    at most ``enqueue_ttl`` seconds (plus its countdown).
     """
     if on_conflict not in ("skip", "raise", "retry", "wait"):
         raise ImproperlyConfigured(
@@ -108,6 +124,10 @@ def single_instance(
     if on_conflict != "wait" and timeout is not None:
         raise ImproperlyConfigured(
             f"single_instance timeout only applies to on_conflict='wait' (got {on_conflict!r})."
+        )
+    if enqueue not in ("allow", "skip", "raise"):
+        raise ImproperlyConfigured(
+            f"single_instance enqueue must be 'allow', 'skip' or 'raise', got {enqueue!r}."
         )
     if not (key is None or isinstance(key, (str, list, tuple)) or callable(key)):
         raise ImproperlyConfigured(
@@ -127,6 +147,8 @@ def single_instance(
             countdown=validate_timeout(countdown, argument="countdown"),
             max_retries=max_retries,
             signature=inspect.signature(func),
+            enqueue=enqueue,
+            enqueue_ttl=validate_ttl(enqueue_ttl, argument="enqueue_ttl"),
         )
         if isinstance(key, (list, tuple)):
             unknown = [name for name in key if name not in config.signature.parameters]
@@ -156,6 +178,16 @@ def _run_single(
     task_name = task.name if task is not None else f"{func.__module__}.{func.__qualname__}"
     run_id = None if task is None or task.request.id is None else _run_id(task.request)
     name = config.lock_name(task_name, args, kwargs)
+    request = None if task is None else task.request
+    metadata = task_record(
+        task_name,
+        config,
+        args,
+        kwargs,
+        task_id=None if request is None else request.id,
+        hostname=None if request is None else request.hostname,
+        worker_pid=os.getpid(),
+    )
     held = Lock(
         name,
         ttl=config.ttl,
@@ -164,7 +196,7 @@ def _run_single(
         blocking=config.on_conflict == "wait",
         timeout=config.timeout if config.on_conflict == "wait" else None,
         owner=None if run_id is None else run_owner(run_id),
-        metadata=_metadata(task, task_name, config, args, kwargs),
+        metadata=metadata,
     )
     try:
         held._enter()
@@ -172,6 +204,7 @@ def _run_single(
         return _conflict(config, task, held)
     if run_id is not None:
         _running[run_id] = held
+        take_over_claim(task, config, name, run_id, metadata)
     try:
         result = func(*args, **kwargs)
     except BaseException as exc:
@@ -195,27 +228,6 @@ def _run_id(request: Any) -> str:
         run_id = new_run_id()
         setattr(request, RUN_ID_FIELD, run_id)
     return run_id
-
-
-def _metadata(
-    task: Task | None,
-    task_name: str,
-    config: SingleInstance,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-) -> dict[str, Any]:
-    request = None if task is None else task.request
-    summary = ", ".join(
-        f"{k}={v!r}" for k, v in config.arguments(args, kwargs).items() if v is not task
-    )
-    return TaskRecord(
-        task_id=None if request is None else request.id,
-        task_name=task_name,
-        hostname=None if request is None else request.hostname,
-        worker_pid=os.getpid(),
-        args=summary[:500],
-        started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-    ).as_metadata()
 
 
 def _conflict(config: SingleInstance, task: Task | None, held: Lock) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import inspect
+import re
 import string
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -24,10 +25,20 @@ from celery.local import Proxy
 from django.core.exceptions import ImproperlyConfigured
 
 from .._names import MAX_READABLE, digest
+from ..listing import TaskRecord
 
-__all__ = ["MAX_READABLE_NAME", "SingleInstance", "config_of", "encode_key_value"]
+__all__ = [
+    "MAX_READABLE_NAME",
+    "SingleInstance",
+    "claim_name",
+    "claim_owner",
+    "config_of",
+    "encode_key_value",
+    "task_record",
+]
 
 Policy = Literal["skip", "raise", "retry", "wait"]
+Enqueue = Literal["allow", "skip", "raise"]
 KeySpec = str | Sequence[str] | Callable[..., object] | None
 
 #: Lock names longer than this are hashed; the readable arguments go into the metadata.
@@ -63,6 +74,8 @@ class SingleInstance:
     countdown: float | None
     max_retries: int | None
     signature: inspect.Signature
+    enqueue: Enqueue = "allow"
+    enqueue_ttl: float = 3600.0
 
     def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """Return the lock name of a run of ``task_name`` with these arguments."""
@@ -103,15 +116,68 @@ class SingleInstance:
         The function gets them as Celery calls it: with the task itself in front for a
         bound task (``bind=True``, or a task class whose ``run`` method is decorated).
         """
-        func_args = tuple(args)
-        if isinstance(task, Proxy):  # as shared_task and a lazy app.task return it
-            task = task._get_current_object()
-        # The task's class holds run as Celery made it: a function, so a method of the task,
-        # when bound, and a staticmethod when not. The instance's own run may be a wrapper
-        # that calls it (autoretry_for puts one there), and tells nothing.
-        if inspect.isfunction(inspect.getattr_static(type(task), "run", None)):
-            func_args = (task, *func_args)
-        return self.lock_name(task.name, func_args, dict(kwargs))
+        return self.lock_name(task.name, call_args(task, args), dict(kwargs))
+
+
+def call_args(task: Task, args: Sequence[Any]) -> tuple[Any, ...]:
+    """Return the positional arguments the function of ``task`` gets for a message's ``args``.
+
+    A bound task's function (``bind=True``, or a task class whose ``run`` method is
+    decorated) gets the task itself in front.
+    """
+    if isinstance(task, Proxy):  # as shared_task and a lazy app.task return it
+        task = task._get_current_object()
+    # The task's class holds run as Celery made it: a function, so a method of the task,
+    # when bound, and a staticmethod when not. The instance's own run may be a wrapper that
+    # calls it (autoretry_for puts one there), and tells nothing.
+    if inspect.isfunction(inspect.getattr_static(type(task), "run", None)):
+        return (task, *args)
+    return tuple(args)
+
+
+#: The claim of a queued or running ``enqueue=`` task is named this, then its lock's name.
+CLAIM_PREFIX = "queued:"
+
+_PLAIN_ID = re.compile(r"[-\w.:@]{1,150}", re.ASCII)
+
+
+def claim_name(lock_name: str) -> str:
+    """Return the name of the claim that a queued or running task with ``lock_name`` holds."""
+    return f"{CLAIM_PREFIX}{lock_name}"
+
+
+def claim_owner(task_id: str) -> str:
+    """Return the owner of the claim of the task ``task_id`` (a digest for unusual ids)."""
+    plain = _PLAIN_ID.fullmatch(task_id)
+    return f"celery-queued:{task_id if plain else 'sha256:' + digest(task_id)}"
+
+
+def task_record(
+    task_name: str,
+    config: SingleInstance,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    task_id: str | None,
+    hostname: str | None,
+    worker_pid: int | None,
+) -> dict[str, Any]:
+    """Return what a run, or a message not yet run, records in its lock's metadata.
+
+    ``args`` and ``kwargs`` are the function's (a bound task's task in front, left out of
+    the record).
+    """
+    summary = ", ".join(
+        f"{k}={v!r}" for k, v in config.arguments(args, kwargs).items() if not isinstance(v, Task)
+    )
+    return TaskRecord(
+        task_id=task_id,
+        task_name=task_name,
+        hostname=hostname,
+        worker_pid=worker_pid,
+        args=summary[:500],
+        started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+    ).as_metadata()
 
 
 def _key_value(value: object) -> object:

@@ -24,15 +24,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import Task
-from celery.signals import task_received
+from celery.signals import task_received, task_revoked
 
 from ..handler import locks
-from .keys import config_of
+from .keys import claim_name, claim_owner, config_of
 
 __all__ = [
     "CHILD_EXIT_WAIT",
     "RUN_ID_FIELD",
     "new_run_id",
+    "release_claim",
     "release_run",
     "run_id_of",
     "run_owner",
@@ -89,6 +90,22 @@ def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, 
     return freed
 
 
+def release_claim(
+    task: Task, task_id: str | None, args: Sequence[Any], kwargs: dict[str, Any]
+) -> bool:
+    """Free the claim that the task ``task_id`` of ``task`` holds as queued or running.
+
+    For the end of a run of an ``enqueue=`` task, whichever way it ended; safe to repeat,
+    and a claim held by another task id is left alone. ``args`` and ``kwargs`` are the task
+    message's. Return whether a claim was freed.
+    """
+    config = config_of(task)
+    if config is None or config.enqueue == "allow" or not task_id:
+        return False
+    name = claim_name(config.message_lock_name(task, args, kwargs))
+    return locks[config.using].release(name, claim_owner(task_id), 1) is not None
+
+
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
     # In the worker's main process: give the delivery its run id (the request dict is sent
     # to the pool after this signal). When the pool reports that the run's child was killed,
@@ -107,6 +124,7 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
     def release() -> None:
         try:
             release_run(task, run_id, request.args, request.kwargs)
+            release_claim(task, request.id, request.args, request.kwargs)
         except Exception:
             logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
 
@@ -166,5 +184,17 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
+def _discarded(sender: Task | None = None, request: Any = None, **kwargs: Any) -> None:
+    # In the worker's main process: a message revoked or expired before its run started is
+    # discarded, and its claim freed (a run it terminated is freed as a run that ended).
+    if sender is None or request is None or config_of(sender) is None:
+        return
+    try:
+        release_claim(sender, request.id, request.args or (), request.kwargs or {})
+    except Exception:
+        logger.exception("Could not free the claim of task %s[%s].", sender.name, request.id)
+
+
 # Connected here rather than with the decorator form, which Celery does not type.
 task_received.connect(_watch_request, weak=False)
+task_revoked.connect(_discarded, weak=False)

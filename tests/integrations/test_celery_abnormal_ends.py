@@ -5,7 +5,8 @@ Every shape of task (``@app.task`` and ``@shared_task``, bound and not) under ev
 with a default left out, on a real prefork worker; and a bound task with ``autoretry_for``, a
 task class with a decorated ``run`` method and the docs' own example. Each way a run can end
 abnormally (its child SIGKILLed, ``revoke(terminate=True)``, the hard time limit) ends all of
-them at once; each lock must then be freed by the worker's main process, long before its 60 s
+them at once; each lock, and the claim each run's message took when it was sent
+(``enqueue="skip"``), must then be freed by the worker's main process, long before their 60 s
 lease ends.
 """
 
@@ -24,6 +25,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import locks
+from django_redis_lock.celery.keys import claim_name
 from tests.support import celery_harness
 from tests.support.helpers import locks_setting
 
@@ -122,6 +124,12 @@ def test_abnormal_end__frees_the_lock_of_every_task_shape_at_once(
     ended_at = time.monotonic()
 
     names = {name: case for case, name in sent.values()}
+    # Every shape but the docs' example refuses duplicates when sent: its claim must go too.
+    claims = {claim_name(name): f"{case}'s claim" for case, name in sent.values()}
+    del claims[claim_name(f"celery:{documented.name}:7")]
+    listed = {info.name for info in locks["default"].iter_locks()}
+    assert claims.keys() <= listed, "each run holds its message's claim while it runs"
+    names.update(claims)
     deadline = ended_at + FREED_WITHIN + (TIME_LIMIT if options else 0)
     while held := names.keys() & {info.name for info in locks["default"].iter_locks()}:
         assert time.monotonic() < deadline, (

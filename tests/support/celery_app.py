@@ -158,6 +158,37 @@ def ping() -> str:
     return "pong"
 
 
+# Refusing duplicates when they are sent (enqueue=).
+
+
+@app.task(bind=True)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_once(self: Any, customer_id: int, run: int, seconds: float = 0.5) -> object:
+    return work(f"sync_once:{customer_id}", run, seconds)
+
+
+@app.task
+@single_instance(key=["customer_id"], enqueue="raise", enqueue_ttl=1.5)
+def sync_strict(customer_id: int, run: int, seconds: float = 0.5) -> object:
+    return work(f"sync_strict:{customer_id}", run, seconds)
+
+
+@shared_task(bind=True)
+@single_instance(key="{customer_id}", enqueue="skip", limit=2)
+def sync_pair(self: Any, customer_id: int, run: int, seconds: float = 0.5) -> object:
+    return work(f"sync_pair:{customer_id}", run, seconds)
+
+
+@app.task(bind=True, max_retries=3)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_retrying(self: Any, customer_id: int, countdown: float = 2.0) -> object:
+    record("start", task="sync_retrying", run=self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(countdown=countdown)
+    record("end", task="sync_retrying", run=self.request.retries)
+    return self.request.retries
+
+
 @task_postrun.connect
 def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> None:
     # Sent for every run that returned, a skipped one included.
@@ -217,7 +248,7 @@ def _shape(decorator: str, bound: bool, key_kind: str) -> Any:
         def run(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
             hold_until_ended()
 
-    return register(name=name, bind=bound)(single_instance(key, ttl=60)(run))
+    return register(name=name, bind=bound)(single_instance(key, ttl=60, enqueue="skip")(run))
 
 
 SHAPES = {
@@ -236,7 +267,7 @@ def bill_as_documented(self: Task, customer_id: int) -> None:
 
 
 @app.task(bind=True, autoretry_for=(ConnectionError,), name="shape.app.autoretry.template")
-@single_instance(key="{customer_id}-{kind}", ttl=60)
+@single_instance(key="{customer_id}-{kind}", ttl=60, enqueue="skip")
 def autoretrying(self: Task, customer_id: int, kind: str = "monthly") -> None:
     """A bound task whose ``run`` Celery wraps (autoretry_for) in an attribute of the task."""
     hold_until_ended()
@@ -247,7 +278,7 @@ class MethodShape(Task):  # type: ignore[misc]
 
     name = "shape.class.method.template"
 
-    @single_instance(key="{customer_id}-{kind}", ttl=60)
+    @single_instance(key="{customer_id}-{kind}", ttl=60, enqueue="skip")
     def run(self, customer_id: int, kind: str = "monthly") -> None:
         hold_until_ended()
 
