@@ -52,11 +52,13 @@ def bill_customer(self: Task, customer_id: int) -> dict[str, Any]:
 
 
 @shared_task(bind=True)
-@single_instance(on_conflict="skip", ttl=60)
+@single_instance(on_conflict="skip", ttl=60, enqueue="skip")
 def nightly_report(self: Task) -> dict[str, Any]:
     """Sum up the billing runs; one report at a time, however often beat or a user sends it.
 
-    With no ``key``, the lock is the task's own: ``celery:shop.tasks.nightly_report``.
+    With no ``key``, the lock is the task's own: ``celery:shop.tasks.nightly_report``. With
+    ``enqueue="skip"``, a send while a report is queued or running sends nothing and returns
+    that report's result.
     """
     client = redis_client()
     try:
