@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import gc
 import secrets
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -185,3 +187,17 @@ def test_a_run_longer_than_enqueue_ttl__keeps_the_claim_while_it_runs(w: dict[st
         app.sync_strict.delay(13, 1, 0.0)
     assert caught.value.task_id == first.id
     assert first.get(timeout=30) == 0
+
+
+def test_skip__sends_at_the_same_moment_from_many_threads__one_message(w: dict[str, Any]) -> None:
+    app, client = w["app"], w["client"]
+    barrier = threading.Barrier(10)
+
+    def send(n: int) -> str:
+        barrier.wait()
+        return str(app.sync_once.apply_async((14, n), queue=idle(w)).id)
+
+    with ThreadPoolExecutor(10) as pool:
+        ids = list(pool.map(send, range(10)))
+    assert client.llen(idle(w)) == 1, "one message published"
+    assert len(set(ids)) == 1
