@@ -117,7 +117,8 @@ class AsyncLock(LockHandle):
 
     async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
-            left = await backend.arelease(self.name, owner, None if hold is None else hold.count)
+            count = None if hold is None else hold.count
+            left = await backend.arelease(self.name, owner, count, self.min_hold)
         except asyncio.CancelledError:
             if hold is None:
                 raise
