@@ -121,7 +121,9 @@ class Lock(LockHandle):
     def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
             count = None if hold is None else hold.count
-            left = backend.release(self.name, owner, count, self.min_hold)
+            # min_hold only when asked for: a backend written before it keeps working.
+            window = {"min_hold": self.min_hold} if self.min_hold else {}
+            left = backend.release(self.name, owner, count, **window)
         except LockError:
             self._release_failed(owner, hold)
             raise
