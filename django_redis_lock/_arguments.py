@@ -16,6 +16,7 @@ from ._validation import (
     validate_flag,
     validate_limit,
     validate_metadata,
+    validate_min_hold,
     validate_name,
     validate_on_lost,
     validate_optional_flag,
@@ -59,6 +60,7 @@ class LockArguments:
         fair: bool = False,
         auto_renew: bool | None = None,
         max_hold: float | None = None,
+        min_hold: float = 0.0,
         on_lost: Callable[[Any], object] | None = None,
         raise_on_lost: bool = True,
         owner: str | None = None,
@@ -82,6 +84,13 @@ class LockArguments:
             if max_hold is None
             else validate_ttl(max_hold, argument="max_hold", lock_name=name)
         )
+        self.min_hold = validate_min_hold(min_hold, lock_name=name)
+        if self.min_hold and limit != 1:
+            raise InvalidLockArgumentError(
+                f"min_hold cannot be given to a lock with limit={limit!r}: it keeps a lock "
+                "(limit=1) held for a minimum time, not a semaphore's slot.",
+                lock_name=name,
+            )
         self.on_lost = validate_on_lost(on_lost, lock_name=name)
         self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost", lock_name=name)
         self.owner = validate_owner(owner, lock_name=name)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
+from .owner import MIN_HOLD_PREFIX
 
 #: The longest lock name accepted, in characters.
 MAX_NAME_LENGTH = 1024
@@ -108,6 +109,17 @@ def validate_timeout(
     )
 
 
+def validate_min_hold(value: object, *, lock_name: str | None = None) -> float:
+    """Return ``value`` as seconds if it is from 0 (none) to :data:`MAX_SECONDS`."""
+    return _seconds(
+        value,
+        argument="min_hold",
+        lock_name=lock_name,
+        at_least=0,
+        must="a finite number of seconds >= 0 (0: none)",
+    )
+
+
 def validate_limit(value: object, *, lock_name: str | None = None) -> int:
     """Return ``value`` if it is a whole number of concurrent holders >= 1."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -183,6 +195,12 @@ def validate_owner(value: object, *, lock_name: str | None = None) -> str | None
     if value is not None and not _OWNER.fullmatch(value):
         raise InvalidLockArgumentError(
             f"owner must be 1 to 200 letters, digits or '-_.:@' characters, got {value!r}.",
+            lock_name=lock_name,
+        )
+    if value is not None and value.startswith(MIN_HOLD_PREFIX):
+        raise InvalidLockArgumentError(
+            f"owner must not start with {MIN_HOLD_PREFIX!r}, the owner of holds kept for "
+            f"their min_hold window, got {value!r}.",
             lock_name=lock_name,
         )
     return value

@@ -117,7 +117,10 @@ class AsyncLock(LockHandle):
 
     async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
-            left = await backend.arelease(self.name, owner, None if hold is None else hold.count)
+            count = None if hold is None else hold.count
+            # min_hold only when asked for: a backend written before it keeps working.
+            window = {"min_hold": self.min_hold} if self.min_hold else {}
+            left = await backend.arelease(self.name, owner, count, **window)
         except asyncio.CancelledError:
             if hold is None:
                 raise

@@ -13,6 +13,7 @@ templates, terminals by ``management/listing.py``).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import math
 from collections.abc import Iterable
@@ -25,8 +26,10 @@ __all__ = [
     "TaskRecord",
     "describe_holder",
     "duration",
+    "held_until",
     "metadata_json",
     "metadata_summary",
+    "min_hold_note",
     "retry_after",
     "shorten",
     "task_id",
@@ -88,8 +91,32 @@ def _is_task(info: LockInfo) -> bool:
     return task_id(info) is not None or _task_name(info) is not None
 
 
+def held_until(info: LockInfo) -> dt.datetime:
+    """Return when the lease of ``info`` ends, on the backend's clock (UTC)."""
+    return info.acquired_at + dt.timedelta(seconds=info.held_for + info.ttl)
+
+
 def describe_holder(info: LockInfo) -> str:
-    """Return who holds ``info``: the Celery task when one does, else host, pid and thread."""
+    """Return who holds ``info``: the Celery task when one does, else host, pid and thread.
+
+    A hold kept after its release for its ``min_hold`` window reads "held until <time> by
+    min_hold", then who released it.
+    """
+    who, note = _who(info), min_hold_note(info)
+    return who if note is None else f"{note} (released by {who})"
+
+
+def min_hold_note(info: LockInfo) -> str | None:
+    """Return "held until <time> UTC by min_hold" for a hold kept for its min_hold window.
+
+    None for any other hold.
+    """
+    if info.min_hold_of is None:
+        return None
+    return f"held until {held_until(info):%Y-%m-%d %H:%M:%S} UTC by min_hold"
+
+
+def _who(info: LockInfo) -> str:
     meta, run = info.metadata, task_id(info)
     if _is_task(info):
         text = f"Celery task {_task_name(info) or '(unnamed)'}"

@@ -2,6 +2,9 @@
 
 Each acquire call also has an id of its own (:func:`new_attempt`), so that what one call did
 can be undone later without touching what another call of the same owner did.
+
+Owner tokens starting with :data:`MIN_HOLD_PREFIX` are the backends' own: a hold kept for its
+``min_hold`` window after its release belongs to no owner that could take, release or extend it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,11 @@ import weakref
 
 from .exceptions import LockError
 
-__all__ = ["current_owner", "current_task_owner", "new_attempt"]
+__all__ = ["MIN_HOLD_PREFIX", "current_owner", "current_task_owner", "new_attempt"]
+
+#: The owner of a hold kept for its ``min_hold`` window after its release: this prefix, then
+#: the token of the owner that released it. No owner given to a lock may start with it.
+MIN_HOLD_PREFIX = "min_hold:"
 
 _owner = threading.local()
 _task_owners: weakref.WeakKeyDictionary[asyncio.Task[object], str] = weakref.WeakKeyDictionary()

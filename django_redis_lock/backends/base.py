@@ -15,11 +15,13 @@ from typing import Any, NamedTuple, TypeVar
 from asgiref.sync import sync_to_async
 
 from ..exceptions import InvalidLockArgumentError, LockError
+from ..owner import MIN_HOLD_PREFIX
 from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
 from ._options import OptionRules, Problem
 
 __all__ = [
+    "MIN_HOLD_PREFIX",
     "AcquireRequest",
     "AcquireResult",
     "BaseLockBackend",
@@ -84,6 +86,10 @@ class LockInfo:
     are measured on the backend's clock, so clock skew between machines does not matter.
     ``host``, ``pid`` and ``thread`` say where the holder runs; ``metadata`` is the dict the
     holder passed to :func:`~django_redis_lock.lock`.
+
+    A hold kept after its release until its ``min_hold`` window ends is held by nobody: its
+    ``owner`` is :data:`MIN_HOLD_PREFIX` and the token of the owner that released it, which
+    ``min_hold_of`` gives, and its ``ttl`` is what is left of the window.
     """
 
     name: str
@@ -97,6 +103,7 @@ class LockInfo:
     pid: int | None = None
     thread: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    min_hold_of: str | None = None
 
     @classmethod
     def from_record(
@@ -126,6 +133,9 @@ class LockInfo:
             pid=_typed(holder.get("pid"), int),
             thread=_typed(holder.get("thread"), str),
             metadata=data if isinstance(data, dict) else {},
+            min_hold_of=owner.removeprefix(MIN_HOLD_PREFIX)
+            if owner.startswith(MIN_HOLD_PREFIX)
+            else None,
         )
 
 
@@ -179,11 +189,21 @@ class BaseLockBackend(OptionRules):
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
 
-    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
+    def release(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
         """Drop one hold of ``owner``; return the holds left, or None if it held nothing.
 
         ``holds`` is the number of holds the caller knows the owner has (None: count down on
         the backend); given, the count left is ``holds - 1`` whatever the backend counted.
+
+        With ``min_hold`` > 0, a release that drops the owner's last hold less than
+        ``min_hold`` seconds after the hold was acquired (on the backend's clock) does not
+        free the lock: the hold passes to the pseudo-owner ``MIN_HOLD_PREFIX + owner``, with
+        its fencing token, acquired-at and metadata, and a lease that ends ``min_hold``
+        seconds after the acquire. Nobody can acquire the lock until then, the same owner
+        included, and nothing is handed to waiters; :meth:`force_release` still frees it.
+        The answer is 0, as for any last release.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
 
@@ -306,9 +326,13 @@ class BaseLockBackend(OptionRules):
         """Do what :meth:`acquire` does, without blocking the event loop."""
         return await sync_to_async(self.acquire, thread_sensitive=False)(name, owner, request)
 
-    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
-        return await sync_to_async(self.release, thread_sensitive=False)(name, owner, holds)
+        return await sync_to_async(self.release, thread_sensitive=False)(
+            name, owner, holds, min_hold
+        )
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False

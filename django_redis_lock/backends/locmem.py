@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, glob_to_regex
+from .base import (
+    MIN_HOLD_PREFIX,
+    AcquireRequest,
+    AcquireResult,
+    BaseLockBackend,
+    Grant,
+    LockInfo,
+    glob_to_regex,
+)
 
 __all__ = ["LocMemBackend"]
 
@@ -35,6 +43,8 @@ class _Holder:
     metadata: str | bytes
     attempt: str
     holds: int = 1
+    #: When the hold was taken, on the monotonic clock (``acquired_at`` is wall time).
+    since: float = 0.0
 
 
 @dataclass
@@ -102,8 +112,9 @@ class LocMemBackend(BaseLockBackend):
     def _hold(self, name: str, entry: _Entry, owner: str, lease: float, request: _Waiter) -> int:
         token = max(self._fences.get(name, 0) + 1, time.time_ns() // 1000)
         self._fences[name] = token
+        now = time.monotonic()
         entry.holders[owner] = _Holder(
-            time.monotonic() + lease, token, time.time(), request.metadata, request.attempt
+            now + lease, token, time.time(), request.metadata, request.attempt, since=now
         )
         return token
 
@@ -167,7 +178,9 @@ class LocMemBackend(BaseLockBackend):
         ends = [h.ends for h in entry.holders.values()]
         return AcquireResult(False, retry_after=max(0.0, min(ends) - now) if ends else 0.0)
 
-    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
+    def release(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
         with self._opened(name) as (entry, now):
             holder = entry.holders.get(owner)
             if holder is None:
@@ -176,6 +189,11 @@ class LocMemBackend(BaseLockBackend):
             if holder.holds > 0:
                 return holder.holds
             del entry.holders[owner]
+            if holder.since + min_hold > now:  # kept for its window, by nobody (see base.py)
+                kept = entry.holders.get(MIN_HOLD_PREFIX + owner)
+                holder.ends = max(holder.since + min_hold, kept.ends if kept else 0.0)
+                holder.holds = 0
+                entry.holders[MIN_HOLD_PREFIX + owner] = holder
             self._handoff(name, entry, now)
             self._changed.notify_all()
             return 0
@@ -242,8 +260,10 @@ class LocMemBackend(BaseLockBackend):
     async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         return self.acquire(name, owner, request)
 
-    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        return self.release(name, owner, holds)
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
+        return self.release(name, owner, holds, min_hold)
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False

@@ -206,8 +206,11 @@ class RedisBackend(RedisKeyspace):
             return self._durable(name, owner, acquired(reply), acks)
         return acquired(self._run("acquire", name, args))
 
-    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        return count(self._run("release", name, release_args(owner, holds, self._fencing_arg)))
+    def release(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
+        args = release_args(owner, holds, self._fencing_arg, min_hold)
+        return count(self._run("release", name, args))
 
     def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
         return seconds(self._run("extend", name, extend_args(owner, ttl, replace)))
@@ -314,10 +317,11 @@ class RedisBackend(RedisKeyspace):
             await self._arun("acquire", name, acquire_args(owner, request, self._fencing_arg))
         )
 
-    async def arelease(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        return count(
-            await self._arun("release", name, release_args(owner, holds, self._fencing_arg))
-        )
+    async def arelease(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
+        args = release_args(owner, holds, self._fencing_arg, min_hold)
+        return count(await self._arun("release", name, args))
 
     async def aextend(
         self, name: str, owner: str, ttl: float, *, replace: bool = False

@@ -167,13 +167,9 @@ class RedlockBackend(BaseLockBackend):
                 memory.popitem(last=False)
 
     def _forget(self, name: str, owner: str | None = None) -> None:
+        memory: OrderedDict[tuple[str, str], Any]
         with self._memory_lock:
-            memories: tuple[OrderedDict[tuple[str, str], Any], ...] = (
-                self._tokens,
-                self._retries,
-                self._tries,
-            )
-            for memory in memories:
+            for memory in (self._tokens, self._retries, self._tries):
                 if owner is not None:
                     memory.pop((name, owner), None)
                 else:
@@ -262,8 +258,11 @@ class RedlockBackend(BaseLockBackend):
         self._remember(self._tokens, key, token)
         return token
 
-    def release(self, name: str, owner: str, holds: int | None = None) -> int | None:
-        outcomes = self._masters.ask(lambda node: node.release(name, owner, holds))
+    def release(
+        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+    ) -> int | None:
+        # Each master keeps the window on its own clock, from its own record of the acquire.
+        outcomes = self._masters.ask(lambda node: node.release(name, owner, holds, min_hold))
         left = self._masters.majority(outcomes, name)
         if left is None or left == 0:
             self._forget(name, owner)

@@ -20,8 +20,10 @@ from ..backends.base import BaseLockBackend, LockInfo
 from ..listing import (
     describe_holder,
     duration,
+    held_until,
     metadata_json,
     metadata_summary,
+    min_hold_note,
     shorten,
     task_id,
 )
@@ -45,24 +47,27 @@ __all__ = [
 ]
 
 #: The ``version`` of the JSON written by ``--json``; raised when a field changes meaning.
-JSON_VERSION = 1
+JSON_VERSION = 2
 #: Locks read per round trip while listing.
 PAGE_SIZE = 500
 #: The table's metadata column shows this many characters.
 METADATA_WIDTH = 40
 
 JSON_FORMAT = """\
-JSON (--json, version 1): one object, written while the listing streams, one lock per line:
-  {"version": 1, "locks": [LOCK, ...], "truncated": false, "errors": []}
+JSON (--json, version 2): one object, written while the listing streams, one lock per line:
+  {"version": 2, "locks": [LOCK, ...], "truncated": false, "errors": []}
 show adds "name" (the name asked for). "truncated" is true when --limit left out at least one
 more matching lock; "errors" lists {"alias": ..., "error": ...} for aliases that could not be
 read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per holder):
   alias          str         the LOCKS alias it is held on
   name           str         the exact lock name
   owner          str         the holder's owner token (for release --owner)
+  min_hold_of    str|null    the owner that released it, when it is held on only for its
+                             min_hold window (owner is then "min_hold:" and that token)
   task_id        str|null    the Celery task id, if a @single_instance task holds it
   holds          int         reentrant hold count
   ttl            float       seconds left of the lease
+  held_until     str         when the lease ends, ISO 8601 in UTC
   held_for       float       seconds since this holder acquired it
   acquired_at    str         when, ISO 8601 in UTC (e.g. 2026-01-31T09:30:00.250000+00:00)
   fencing_token  int         the holder's fencing token
@@ -70,7 +75,8 @@ read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per hol
   pid            int|null    its process id
   thread         str|null    its thread name
   metadata       object      the metadata the holder recorded, in full ({} when none)
-Seconds are floats with millisecond precision, measured on the backend's clock."""
+Seconds are floats with millisecond precision, measured on the backend's clock. Version 2
+added min_hold_of and held_until."""
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -130,9 +136,11 @@ def record(alias: str, info: LockInfo) -> dict[str, Any]:
         "alias": alias,
         "name": info.name,
         "owner": info.owner,
+        "min_hold_of": info.min_hold_of,
         "task_id": task_id(info),
         "holds": info.holds,
         "ttl": round(float(info.ttl), 3),
+        "held_until": held_until(info).isoformat(),
         "held_for": round(float(info.held_for), 3),
         "acquired_at": info.acquired_at.isoformat(),
         "fencing_token": info.fencing_token,
@@ -218,6 +226,9 @@ def details(info: LockInfo) -> str:
         # JSON's own line breaks stay: json.dumps writes any in the values as \n.
         ("metadata", ("\n" + " " * 18).join(map(escaped, metadata.split("\n")))),
     ]
+    note = min_hold_note(info)
+    if note is not None and info.min_hold_of is not None:
+        fields[1:1] = [("held", note), ("released by", shown(info.min_hold_of))]
     return "\n".join(f"  {label + ':':<16}{value}" for label, value in fields)
 
 

@@ -75,6 +75,49 @@ def test_lease__the_key_expires_with_the_lease(raw_redis: redis_py.Redis, prefix
         assert 6000 < raw_redis.pttl(f"{prefix}:{{=expiring}}:h") <= 7000
 
 
+def test_min_hold__the_window_is_one_hash_field_expiring_with_it(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    with lock("nightly", ttl=30, min_hold=5) as handle:
+        owner = handle._owner_token()
+    key = f"{prefix}:{{=nightly}}:h"
+    assert keys_of(raw_redis, prefix) == [key]
+    [(field, record)] = raw_redis.hgetall(key).items()
+    assert field.decode() == f"min_hold:{owner}"
+    ends, holds, _, acquired_at = (int(part) for part in record.split(b" ")[:4])
+    assert (ends - acquired_at, holds) == (5000, 0)
+    assert 4500 < raw_redis.pttl(key) <= 5000  # the key ends with the window, not the lease
+
+
+def test_release__without_min_hold_a_lone_holder_is_freed_by_the_fast_path(
+    raw_redis: redis_py.Redis,
+) -> None:
+    """min_hold=0 costs the release one argument comparison: no clock read, no helpers."""
+    handle = lock("fast", ttl=30, min_hold=0)
+    for _ in range(2):  # the first round loads the scripts
+        handle.acquire()
+        raw_redis.config_resetstat()
+        handle.release()
+    called = set(raw_redis.info("commandstats")) - {"cmdstat_config", "cmdstat_info"}
+    assert called == {f"cmdstat_{c}" for c in ("evalsha", "hrandfield", "exists", "del")}
+
+
+def test_min_hold__the_window_runs_from_the_acquire_the_server_recorded(
+    raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    """The server's record of the acquire counts, not the releasing client's clock."""
+    backend = locks["default"]
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    assert backend.acquire("nightly", "owner", AcquireRequest(ttl=30, metadata=meta)).acquired
+    key = f"{prefix}:{{=nightly}}:h"
+    ends, holds, fence, acquired_at, rest = raw_redis.hget(key, "owner").split(b" ", 4)
+    # As if acquired 10 s ago on the server's clock: a 5 s window has passed already.
+    earlier = str(int(acquired_at) - 10_000).encode()
+    raw_redis.hset(key, "owner", b" ".join([ends, holds, fence, earlier, rest]))
+    assert backend.release("nightly", "owner", min_hold=5) == 0
+    assert keys_of(raw_redis, prefix) == []
+
+
 def test_scripts__reloaded_after_script_flush(raw_redis: redis_py.Redis) -> None:
     raw_redis.script_flush()
     with lock("after-flush") as handle:

@@ -23,6 +23,7 @@ CAPABILITIES = {
     "semaphores": "limit > 1: several owners at once",
     "waiter_queue": "waiters are queued, and handed the lock at release",
     "fair_order": "fair=True serves waiters in the order they came",
+    "processes": "locks are shared by every process that uses the backend",
 }
 
 
@@ -36,7 +37,13 @@ class ContractBackend:
 
 BACKENDS = {
     "redis": ContractBackend("default"),
-    "locmem": ContractBackend("locmem"),
+    "locmem": ContractBackend(
+        "locmem",
+        lacks={
+            "processes": "LocMem keeps locks in the memory of one process: another process, "
+            "killed or not, never holds them (docs/backends.rst)",
+        },
+    ),
     "cluster": ContractBackend("cluster"),
     "redlock": ContractBackend(
         "redlock",

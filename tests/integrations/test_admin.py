@@ -587,3 +587,37 @@ def test_second_admin_site__lists_and_releases(releaser: Client) -> None:
     assert holders("default", "reports:nightly") == []
     assert releaser.get("/ops/").status_code == 200
     assert 'href="/ops/django_redis_lock/lock/"' in releaser.get("/ops/").content.decode()
+
+
+# A hold kept for its min_hold window -------------------------------------------------------
+
+
+@pytest.mark.parametrize("alias", ["default", "locmem"])
+def test_min_hold__the_list_says_held_until_by_min_hold(viewer: Client, alias: str) -> None:
+    hold(alias, "reports:nightly", "holder-a", data={"job": "nightly"})
+    assert locks[alias].release("reports:nightly", "holder-a", holds=1, min_hold=60) == 0
+
+    response = viewer.get(LIST_URL)
+
+    assert rows(response) == [(alias, "reports:nightly", "min_hold:holder-a")]
+    page = response.content.decode()
+    (row,) = re.findall(r'<tr class="lock-row lock-min-hold".*?</tr>', page, re.DOTALL)
+    assert re.search(
+        r"held until \S+ \S+ UTC by min_hold \(released by web-1, pid 4321, thread MainThread\)"
+        r"<br><code[^>]*>min_hold:holder-a</code>",
+        row,
+    ), row
+    assert '<td class="lock-holds">0</td>' in row
+
+
+def test_min_hold__a_releaser_can_free_the_window(releaser_user: User) -> None:
+    hold("default", "reports:nightly", "holder-a")
+    assert locks["default"].release("reports:nightly", "holder-a", holds=1, min_hold=60) == 0
+    client = logged_in(releaser_user, enforce_csrf_checks=True)
+    url = release_url(client.get(LIST_URL), "reports:nightly")
+    assert "by min_hold" in client.get(url).content.decode()
+
+    response = csrf_post(client, url)
+
+    assert response.status_code == 302
+    assert holders("default", "reports:nightly") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from django_redis_lock.listing import (
     TaskRecord,
     describe_holder,
     duration,
+    held_until,
     metadata_json,
     metadata_summary,
     retry_after,
@@ -135,3 +137,23 @@ def test_retry_after__the_first_lease_to_end_rounded_up_and_at_least_one() -> No
     assert retry_after([info(ttl=6.2), info(ttl=3.1)]) == 4
     assert retry_after([info(ttl=0.2)]) == 1
     assert retry_after([]) == 1
+
+
+def test_describe_holder__a_min_hold_window_says_until_when_and_who_released_it() -> None:
+    kept = LockInfo.from_record(
+        name="n",
+        owner="min_hold:celery:run-1",
+        holds=0,
+        ttl=2.5,
+        fencing_token=1,
+        acquired_at=1_800_000_000,
+        now=1_800_000_001.5,
+        metadata=holder_metadata(host="h", pid=7, thread="T"),
+    )
+
+    assert kept.min_hold_of == "celery:run-1"
+    assert held_until(kept) == dt.datetime(2027, 1, 15, 8, 0, 4, tzinfo=dt.timezone.utc)
+    assert describe_holder(kept) == (
+        "held until 2027-01-15 08:00:04 UTC by min_hold (released by h, pid 7, thread T)"
+    )
+    assert info().min_hold_of is None

@@ -68,9 +68,11 @@ LOCK_FIELDS = {
     "alias": str,
     "name": str,
     "owner": str,
+    "min_hold_of": (str, type(None)),
     "task_id": (str, type(None)),
     "holds": int,
     "ttl": float,
+    "held_until": str,
     "held_for": float,
     "acquired_at": str,
     "fencing_token": int,
@@ -386,7 +388,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     document = run("list", "--json", "--using", using).json()
 
     assert list(document) == ["version", "locks", "truncated", "errors"]
-    assert document["version"] == 1
+    assert document["version"] == 2
     assert document["truncated"] is False
     assert document["errors"] == []
     [item] = document["locks"]
@@ -396,6 +398,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     assert item["alias"] == using
     assert item["name"] == "billing:42"
     assert item["owner"] == owner
+    assert item["min_hold_of"] is None
     assert item["task_id"] == TASK_ID
     assert item["holds"] == 2
     assert 59.0 < item["ttl"] <= 60.0
@@ -403,6 +406,9 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     acquired = dt.datetime.fromisoformat(item["acquired_at"])
     assert acquired.utcoffset() == dt.timedelta(0)
     assert before - dt.timedelta(seconds=1) <= acquired <= dt.datetime.now(dt.timezone.utc)
+    until = dt.datetime.fromisoformat(item["held_until"])
+    assert until.utcoffset() == dt.timedelta(0)
+    assert abs((until - acquired).total_seconds() - 60.0) < 0.01
     assert item["fencing_token"] == first.fencing_token
     assert (item["host"], item["pid"], item["thread"]) == ("worker-1", 77, "T")
     assert item["metadata"] == CELERY
@@ -424,7 +430,7 @@ def test_list__json_writes_one_lock_per_line(using: str) -> None:
 
     lines = run("list", "--json", "--using", using).out.splitlines()
 
-    assert lines[0] == '{"version": 1, "locks": ['
+    assert lines[0] == '{"version": 2, "locks": ['
     assert [line.endswith(",") for line in lines[1:4]] == [True, True, False]
     rows = [json.loads(line.rstrip(",")) for line in lines[1:4]]
     assert sorted(row["name"] for row in rows) == ["job:0", "job:1", "job:2"]
@@ -436,7 +442,7 @@ def test_list__json_when_nothing_is_held() -> None:
     result = run("list", "--json")
 
     assert result.code == 0
-    assert result.json() == {"version": 1, "locks": [], "truncated": False, "errors": []}
+    assert result.json() == {"version": 2, "locks": [], "truncated": False, "errors": []}
 
 
 def test_list__json_keeps_non_ascii_and_newlines_exact(using: str) -> None:
@@ -705,7 +711,7 @@ def test_show__json_has_the_name_and_the_list_schema(using: str) -> None:
     document = run("show", "job", "--json").json()
 
     assert list(document) == ["version", "name", "locks", "truncated", "errors"]
-    assert (document["version"], document["name"]) == (1, "job")
+    assert (document["version"], document["name"]) == (2, "job")
     [item] = document["locks"]
     assert set(item) == set(LOCK_FIELDS)
     assert (item["alias"], item["metadata"]) == (using, {"k": [1, 2]})
@@ -1094,3 +1100,66 @@ def test_help__says_that_options_of_list_need_no_subcommand(
     assert "`locks` alone, or followed by these options, runs `locks list`" in " ".join(
         list_help.split()
     )
+
+
+# A hold kept for its min_hold window --------------------------------------------------------
+
+
+def kept_for_min_hold(backend: BaseLockBackend, name: str, owner: str) -> None:
+    """Take ``name`` for ``owner`` as CELERY's run, and release it with a 60 s min_hold."""
+    hold(backend, name, owner, data=CELERY)
+    assert backend.release(name, owner, holds=1, min_hold=60.0) == 0
+
+
+def test_min_hold__the_table_says_held_until_by_min_hold(using: str) -> None:
+    kept_for_min_hold(locks[using], "nightly", "celery:run-1")
+    before = dt.datetime.now(dt.timezone.utc)
+
+    result = run("list", "--using", using)
+
+    row = cells(result.out.splitlines()[1])
+    until = before + dt.timedelta(seconds=60)
+    assert row[1] == "nightly"
+    assert re.fullmatch(
+        r"held until (\S+ \S+) UTC by min_hold \(released by " + re.escape(CELERY_HOLDER) + r"\)",
+        row[2],
+    ), row
+    shown_until = dt.datetime.strptime(row[2][11:30], "%Y-%m-%d %H:%M:%S")
+    assert abs((shown_until.replace(tzinfo=dt.timezone.utc) - until).total_seconds()) < 2
+    assert row[3] == "0"  # holds: nobody holds it
+
+
+def test_min_hold__json_names_the_owner_that_released_it(using: str) -> None:
+    kept_for_min_hold(locks[using], "nightly", "celery:run-1")
+
+    [item] = run("list", "--json", "--using", using).json()["locks"]
+
+    assert item["owner"] == "min_hold:celery:run-1"
+    assert item["min_hold_of"] == "celery:run-1"
+    assert item["holds"] == 0
+    assert item["task_id"] == TASK_ID
+    until = dt.datetime.fromisoformat(item["held_until"])
+    acquired = dt.datetime.fromisoformat(item["acquired_at"])
+    assert abs((until - acquired).total_seconds() - 60.0) < 0.01
+
+
+def test_min_hold__show_says_held_until_and_released_by(using: str) -> None:
+    kept_for_min_hold(locks[using], "nightly", "celery:run-1")
+
+    lines = run("show", "nightly", "--using", using).out.splitlines()
+
+    fields = dict(line.strip().split(":", 1) for line in lines[1:4])
+    assert fields["owner"].strip() == "min_hold:celery:run-1"
+    assert re.fullmatch(r"held until \S+ \S+ UTC by min_hold", fields["held"].strip())
+    assert fields["released by"].strip() == "celery:run-1"
+
+
+def test_min_hold__release_frees_the_window(using: str) -> None:
+    backend = locks[using]
+    kept_for_min_hold(backend, "nightly", "celery:run-1")
+
+    result = run("release", "nightly", "--owner", "min_hold:celery:run-1", "--yes")
+
+    assert result.code == 0, result.err
+    assert "held until" in result.out
+    assert held(backend, "nightly") == []

@@ -7,7 +7,9 @@ test can see from outside what ran when.
 
 from __future__ import annotations
 
+import os
 import time
+from typing import Any
 
 from .workers import setup_django
 
@@ -44,3 +46,31 @@ def take_and_release(url: str, prefix: str, name: str, hold: float) -> None:
         client.rpush(f"{prefix}:taken", str(held.fencing_token))
         time.sleep(hold)
     client.rpush(f"{prefix}:released", "1")
+
+
+def hold_with_min_hold(
+    setting: dict[str, Any],
+    alias: str,
+    url: str,
+    prefix: str,
+    name: str,
+    ttl: float,
+    min_hold: float,
+) -> None:
+    """Hold ``name`` on ``alias`` of ``setting`` (LOCKS) with ``min_hold``, renewed, until killed.
+
+    Reports "<prefix>:holding" (on the Redis at ``url``) once it holds the lock.
+    """
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+    import redis
+    from django.test import override_settings
+
+    django.setup()
+    override_settings(LOCKS=setting).enable()
+    from django_redis_lock import lock
+
+    client = redis.Redis.from_url(url)
+    with lock(name, using=alias, ttl=ttl, min_hold=min_hold):
+        client.rpush(f"{prefix}:holding", "1")
+        time.sleep(120)  # the test kills this process now

@@ -51,9 +51,16 @@ def acquire_args(owner: str, request: AcquireRequest, fencing_arg: bytes) -> lis
     ]
 
 
-def release_args(owner: str, holds: int | None, fencing_arg: bytes) -> list[Any]:
+#: The release script's min_hold argument when there is none.
+NO_MIN_HOLD = b"0"
+
+
+def release_args(
+    owner: str, holds: int | None, fencing_arg: bytes, min_hold: float = 0.0
+) -> list[Any]:
     """Return the release script's ARGV."""
-    return [owner, fencing_arg, COUNT_HERE if holds is None else holds]
+    window = NO_MIN_HOLD if min_hold <= 0 else ms(min_hold)
+    return [owner, fencing_arg, COUNT_HERE if holds is None else holds, window]
 
 
 def extend_args(owner: str, ttl: float, replace: bool) -> list[Any]:

@@ -1,8 +1,10 @@
 -- Drop one hold of an owner; at its last hold the lock is freed, or handed to the owner that
--- has waited longest.
+-- has waited longest, or kept until its min_hold window ends.
 -- KEYS[1] holders (see the prelude for the other keys)
 -- ARGV[1] owner token  ARGV[2] how long a durable fence outlives its lease (ms; 0: none)
 -- ARGV[3] the holds the owner knows it has ('': count down here): the count becomes one less
+-- ARGV[4] min_hold (ms; '0': none): a last release sooner than this after the acquire keeps
+-- the hold, under the pseudo-owner "min_hold:<owner>", until that long after the acquire
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended).
 local owner = ARGV[1]
@@ -18,8 +20,10 @@ if not text then
   return -1
 end
 local holds = (tonumber(ARGV[3]) or tonumber(string.match(text, '^%d+ (%d+) '))) - 1
-if holds <= 0 and #sample == 2 and redis.call('EXISTS', base .. 'q') == 0 then
-  -- The lone holder (its key lived, so its lease did), nobody waiting: the common case.
+if holds <= 0 and #sample == 2 and ARGV[4] == '0'
+    and redis.call('EXISTS', base .. 'q') == 0 then
+  -- The lone holder (its key lived, so its lease did), no min_hold, nobody waiting: the
+  -- common case.
   redis.call('DEL', K_holders)
   return 0
 end
@@ -39,6 +43,17 @@ if holds > 0 then
 end
 
 redis.call('HDEL', K_holders, owner)
+local window_ends = at + tonumber(ARGV[4])
+if window_ends > now() then
+  -- Kept for its min_hold window (measured on this server's clock, from the acquire): a
+  -- pseudo-owner that no owner token can be holds it, so nobody takes the lock until the
+  -- window ends, its owner neither, and its slot is handed to nobody. A window of the same
+  -- owner still running (a semaphore's other slot) is never shortened.
+  local pseudo = 'min_hold:' .. owner
+  local kept = redis.call('HGET', K_holders, pseudo)
+  window_ends = math.max(window_ends, kept and parse(kept) or 0)
+  redis.call('HSET', K_holders, pseudo, record(window_ends, 0, fence, at, attempt, meta))
+end
 if #sample > 2 then
   purge()
 end
