@@ -35,7 +35,7 @@ from celery._state import get_current_task
 from celery.signals import before_task_publish
 from django.core.exceptions import ImproperlyConfigured
 
-from .._validation import validate_limit, validate_timeout, validate_ttl
+from .._validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
 from ..listing import describe_holder, retry_after
@@ -93,6 +93,7 @@ def single_instance(
     max_retries: int | None = None,
     enqueue: Enqueue = "allow",
     enqueue_ttl: float = 3600.0,
+    min_hold: float = 0.0,
 ) -> Callable[[Callable[P, R]], Callable[P, R | None]]:
     """Let at most ``limit`` runs of the decorated task run at once (per ``key``).
 
@@ -113,6 +114,10 @@ def single_instance(
     and return the :class:`~celery.result.AsyncResult` of that one, or raise
     :class:`~django_redis_lock.DuplicateTaskError`. A message never run holds its claim for
     at most ``enqueue_ttl`` seconds (plus its countdown).
+
+    ``min_hold`` keeps the lock (and the claim of ``enqueue``) held until at least that many
+    seconds after the run took it, however soon the body ends: a duplicate within that window
+    meets ``on_conflict`` (or ``enqueue``), as if the run were still running.
     """
     if on_conflict not in ("skip", "raise", "retry", "wait"):
         raise ImproperlyConfigured(
@@ -151,7 +156,13 @@ def single_instance(
             signature=inspect.signature(func),
             enqueue=enqueue,
             enqueue_ttl=validate_ttl(enqueue_ttl, argument="enqueue_ttl"),
+            min_hold=validate_min_hold(min_hold),
         )
+        if config.min_hold and config.limit != 1:
+            raise ImproperlyConfigured(
+                f"single_instance min_hold cannot be given with limit={limit}: it keeps the "
+                "lock of one run for a window, which a semaphore cannot."
+            )
         if isinstance(key, (list, tuple)):
             unknown = [name for name in key if name not in config.signature.parameters]
             if unknown:
@@ -199,6 +210,7 @@ def _run_single(
         timeout=config.timeout if config.on_conflict == "wait" else None,
         owner=None if run_id is None else run_owner(run_id),
         metadata=metadata,
+        min_hold=config.min_hold,
     )
     try:
         held._enter()

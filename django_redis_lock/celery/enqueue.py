@@ -51,8 +51,9 @@ __all__ = ["take_over_claim"]
 
 logger = logging.getLogger("django_redis_lock")
 
-#: Claims taken over by the runs in this process, by run id.
-_taken_over: dict[str, Lock] = {}
+#: Claims taken over by the runs in this process, by run id, with the min_hold window that
+#: their release keeps (measured from the send, so it ends with the run's own window).
+_taken_over: dict[str, tuple[Lock, float]] = {}
 
 #: How often a send tries again when a claim it found held was freed before it could tell
 #: by whom.
@@ -179,13 +180,20 @@ def take_over_claim(
     )
     try:
         if claim.acquire(blocking=False):
-            _taken_over[run_id] = claim
+            _taken_over[run_id] = (claim, config.min_hold and config.min_hold + _age(claim))
     except LockError:
         logger.warning("Could not take over the claim %r.", claim.name, exc_info=True)
 
 
-def _forget(claim: Lock | None) -> None:
+def _age(claim: Lock) -> float:
+    # Seconds since the claim was taken, by its send (on the backend's clock).
+    infos = claim.backend.lock_info(claim.name)
+    return max((info.held_for for info in infos if info.owner == claim.owner), default=0.0)
+
+
+def _forget(taken: tuple[Lock, float] | None) -> None:
     # Stop renewing a claim and forget it here, leaving it held on the server.
+    claim = None if taken is None else taken[0]
     if claim is None or claim.owner is None:
         return
     hold = held.pop((claim.backend, claim.name, claim.owner), None)
@@ -202,14 +210,19 @@ def _after_run(
     **extra: Any,
 ) -> None:
     # In the run's process, when the run ended (its body returned, raised, was skipped or
-    # asked for a retry): free its claim, unless a retry took it again.
+    # asked for a retry): free its claim, unless a retry took it again. A run that took the
+    # claim over keeps it for the task's min_hold window; one that never ran its body does
+    # not.
     if sender is None or config_of(sender) is None or sender.request.is_eager:
         return
-    _forget(_taken_over.pop(run_id_of(sender.request) or "", None))
+    taken = _taken_over.pop(run_id_of(sender.request) or "", None)
+    _forget(taken)
     if state == states.RETRY:
         return
     try:
-        release_claim(sender, task_id, args or (), kwargs or {})
+        release_claim(
+            sender, task_id, args or (), kwargs or {}, 0.0 if taken is None else taken[1]
+        )
     except Exception:
         logger.exception("Could not free the claim of task %s[%s].", sender.name, task_id)
 

@@ -76,6 +76,7 @@ class SingleInstance:
     signature: inspect.Signature
     enqueue: Enqueue = "allow"
     enqueue_ttl: float = 3600.0
+    min_hold: float = 0.0
 
     def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
         """Return the lock name of a run of ``task_name`` with these arguments."""

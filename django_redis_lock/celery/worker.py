@@ -79,7 +79,11 @@ def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, 
     if config is None:
         return 0
     name = config.message_lock_name(task, args, kwargs)
-    freed = locks[config.using].force_release(name, owner=run_owner(run_id))
+    backend, owner = locks[config.using], run_owner(run_id)
+    if config.min_hold:  # the run's window is kept, as its own release would have kept it
+        freed = int(backend.release(name, owner, 1, min_hold=config.min_hold) is not None)
+    else:
+        freed = backend.force_release(name, owner=owner)
     if freed:
         logger.warning(
             "Freed lock %r of task %s (run %s), whose run ended abnormally.",
@@ -91,19 +95,26 @@ def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, 
 
 
 def release_claim(
-    task: Task, task_id: str | None, args: Sequence[Any], kwargs: dict[str, Any]
+    task: Task,
+    task_id: str | None,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    min_hold: float | None = None,
 ) -> bool:
     """Free the claim that the task ``task_id`` of ``task`` holds as queued or running.
 
     For the end of a run of an ``enqueue=`` task, whichever way it ended; safe to repeat,
     and a claim held by another task id is left alone. ``args`` and ``kwargs`` are the task
-    message's. Return whether a claim was freed.
+    message's. The claim is kept for a ``min_hold`` window measured from when it was sent
+    (default: the task's ``min_hold``). Return whether a claim was freed (or kept).
     """
     config = config_of(task)
     if config is None or config.enqueue == "allow" or not task_id:
         return False
     name = claim_name(config.message_lock_name(task, args, kwargs))
-    return locks[config.using].release(name, claim_owner(task_id), 1) is not None
+    window = config.min_hold if min_hold is None else min_hold
+    kept = {"min_hold": window} if window else {}
+    return locks[config.using].release(name, claim_owner(task_id), 1, **kept) is not None
 
 
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:

@@ -195,6 +195,28 @@ def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> Non
     record("done", task=task.name, id=task_id, result=repr(retval))
 
 
+# At most once per window (min_hold=).
+
+
+@app.task(bind=True)
+@single_instance(min_hold=3)
+def once_per_window(self: Any, run: int, seconds: float = 0.1) -> object:
+    return work("once_per_window", run, seconds)
+
+
+@app.task
+@single_instance(key="{customer_id}", min_hold=3, enqueue="skip")
+def sync_per_window(customer_id: int, run: int, seconds: float = 0.1) -> object:
+    return work(f"sync_per_window:{customer_id}", run, seconds)
+
+
+@app.task(bind=True)
+@single_instance(min_hold=3, ttl=60)
+def killed_in_window(self: Any, run: int) -> object:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return work("killed_in_window", run, 60)
+
+
 # Every shape of task a user writes, for the tests of abnormal ends: @app.task and
 # @shared_task, bound and not, under each kind of key. Each run records the lock it holds and
 # sleeps until it is killed, revoked or out of time.

@@ -1,0 +1,111 @@
+"""``@single_instance(min_hold=...)`` on a real worker: at most one run per window.
+
+A run whose body takes 0.1 s keeps its lock for 3 s from its start: a duplicate sent at 1 s
+is refused (by ``on_conflict`` when it starts, or when sent with ``enqueue``), one sent at
+3.5 s runs. A run killed inside its window keeps the window, and no more.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_py
+from django.test import override_settings
+
+from django_redis_lock import locks
+from django_redis_lock.listing import describe_holder
+from tests.support import celery_harness
+from tests.support.helpers import locks_setting
+
+pytestmark = pytest.mark.slow
+
+WINDOW = 3.0
+
+
+@pytest.fixture(scope="module")
+def worker(redis_url: str) -> Iterator[dict[str, Any]]:
+    prefix = f"window-{secrets.token_hex(4)}"
+    with celery_harness.celery_worker(redis_url, prefix, name="window", concurrency=2):
+        client = redis_py.Redis.from_url(redis_url)
+        app = celery_harness.celery_app(redis_url, prefix)
+        yield {"app": app, "client": client, "prefix": prefix, "url": redis_url}
+        client.close()
+
+
+@pytest.fixture
+def w(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    celery_harness.clear(worker["client"], worker["prefix"])
+    with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
+        yield worker
+    gc.collect()
+
+
+def sleep_until(started_ns: int, seconds: float) -> None:
+    """Sleep until ``seconds`` after the monotonic time ``started_ns`` a run recorded."""
+    time.sleep(max(0.0, started_ns / 1e9 + seconds - time.monotonic()))
+
+
+def starts(w: dict[str, Any]) -> list[Any]:
+    return [e["run"] for e in celery_harness.events(w["client"], w["prefix"], "start")]
+
+
+def test_on_conflict__a_duplicate_in_the_window_is_skipped_one_after_it_runs(
+    w: dict[str, Any],
+) -> None:
+    task = w["app"].once_per_window
+    assert task.delay(0).get(timeout=30) == 0
+    [start] = celery_harness.events(w["client"], w["prefix"], "start")
+    sleep_until(start["at"], 1.0)
+    [holder] = locks["default"].lock_info(f"celery:{task.name}")
+    assert holder.min_hold_of is not None
+    assert "by min_hold" in describe_holder(holder)
+    assert task.delay(1).get(timeout=30) is None, "skipped: the window lasts 3 s"
+    sleep_until(start["at"], WINDOW + 0.5)
+    assert task.delay(2).get(timeout=30) == 2
+    assert starts(w) == [0, 2]
+
+
+def test_enqueue__a_duplicate_in_the_window_is_not_sent(w: dict[str, Any]) -> None:
+    task = w["app"].sync_per_window
+    first = task.delay(1, 0)
+    assert first.get(timeout=30) == 0
+    [start] = celery_harness.events(w["client"], w["prefix"], "start")
+    sleep_until(start["at"], 1.0)
+    assert task.delay(1, 1).id == first.id, "refused when sent, inside the window"
+    sleep_until(start["at"], WINDOW + 0.5)
+    after = task.delay(1, 2)
+    assert after.id != first.id
+    assert after.get(timeout=30) == 2
+    assert starts(w) == [0, 2]
+
+
+def test_a_run_killed_in_its_window__keeps_the_window_and_no_more(w: dict[str, Any]) -> None:
+    task = w["app"].killed_in_window  # ttl=60, min_hold=3
+    task.delay(0)
+    [start] = celery_harness.wait_for_events(w["client"], w["prefix"], "start", 1)
+    sleep_until(start["at"], 0.5)
+    os.kill(start["pid"], signal.SIGKILL)
+    sleep_until(start["at"], 1.5)
+    [holder] = locks["default"].lock_info(f"celery:{task.name}")
+    assert holder.min_hold_of is not None, "the main process kept the window, not the lease"
+    deadline = start["at"] / 1e9 + WINDOW + 5.0
+    while locks["default"].lock_info(f"celery:{task.name}"):
+        assert time.monotonic() < deadline, "still held long after the window"
+        time.sleep(0.05)
+    assert time.monotonic() - start["at"] / 1e9 >= WINDOW - 0.2, "freed before the window ended"
+
+
+def test_min_hold_with_limit__refused_at_definition() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_redis_lock.celery import single_instance
+
+    with pytest.raises(ImproperlyConfigured, match="min_hold"):
+        single_instance(limit=2, min_hold=1)(lambda: None)
