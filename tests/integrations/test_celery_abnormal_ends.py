@@ -12,22 +12,17 @@ lease ends.
 
 from __future__ import annotations
 
-import gc
 import os
-import secrets
 import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis as redis_py
-from django.test import override_settings
 
 from django_redis_lock import locks
 from django_redis_lock.celery.keys import claim_name
 from tests.support import celery_harness
-from tests.support.helpers import locks_setting
 
 pytestmark = pytest.mark.slow
 
@@ -45,22 +40,16 @@ ENDS = ["child SIGKILL", "revoke terminate", "hard time limit"]
 @pytest.fixture(scope="module")
 def worker(redis_url: str) -> Iterator[dict[str, Any]]:
     """A prefork worker with a child for every run of one test."""
-    prefix = f"shapes-{secrets.token_hex(4)}"
     runs = len(SHAPES) * len(KEYS) + 3
-    with celery_harness.celery_worker(redis_url, prefix, name="shapes", concurrency=runs):
-        client = redis_py.Redis.from_url(redis_url)
-        app = celery_harness.celery_app(redis_url, prefix)
-        yield {"app": app, "client": client, "prefix": prefix, "url": redis_url}
-        client.close()
+    with celery_harness.running_worker(redis_url, "shapes", concurrency=runs) as worker:
+        yield worker
 
 
 @pytest.fixture
 def shapes(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The worker, with no event and no lock left from an earlier test."""
-    celery_harness.clear(worker["client"], worker["prefix"])
-    with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
+    with celery_harness.fresh(worker):
         yield worker
-    gc.collect()  # let the test's results unsubscribe while the server runs
 
 
 def send(task: Any, style: str, customer_id: int, **options: Any) -> tuple[str, str]:

@@ -8,8 +8,6 @@ duplicates when sent.
 
 from __future__ import annotations
 
-import gc
-import secrets
 import threading
 import time
 from collections.abc import Iterator
@@ -17,35 +15,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-import redis as redis_py
-from django.test import override_settings
 
 from django_redis_lock import DuplicateTaskError, LockNotAcquiredError, locks
 from tests.support import celery_harness
-from tests.support.helpers import locks_setting
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str) -> Iterator[dict[str, Any]]:
-    """One real prefork worker with a single child."""
-    prefix = f"enqueue-{secrets.token_hex(4)}"
-    with celery_harness.celery_worker(redis_url, prefix, name="enqueue", concurrency=1):
-        client = redis_py.Redis.from_url(redis_url)
-        app = celery_harness.celery_app(redis_url, prefix)
-        yield {"app": app, "client": client, "prefix": prefix, "url": redis_url}
-        client.close()
+    """One real prefork worker with one child: a long run keeps the next message waiting."""
+    with celery_harness.running_worker(redis_url, "enqueue", concurrency=1) as worker:
+        yield worker
 
 
 @pytest.fixture
 def w(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The worker, with no event, message or lock left from an earlier test."""
-    celery_harness.clear(worker["client"], worker["prefix"])
     worker["client"].delete(idle(worker))
-    with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
+    with celery_harness.fresh(worker):
         yield worker
-    gc.collect()
 
 
 def idle(worker: dict[str, Any]) -> str:

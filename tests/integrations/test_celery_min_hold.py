@@ -7,22 +7,17 @@ is refused (by ``on_conflict`` when it starts, or when sent with ``enqueue``), o
 
 from __future__ import annotations
 
-import gc
 import os
-import secrets
 import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis as redis_py
-from django.test import override_settings
 
 from django_redis_lock import locks
 from django_redis_lock.listing import describe_holder
 from tests.support import celery_harness
-from tests.support.helpers import locks_setting
 
 pytestmark = pytest.mark.slow
 
@@ -31,20 +26,16 @@ WINDOW = 3.0
 
 @pytest.fixture(scope="module")
 def worker(redis_url: str) -> Iterator[dict[str, Any]]:
-    prefix = f"window-{secrets.token_hex(4)}"
-    with celery_harness.celery_worker(redis_url, prefix, name="window", concurrency=2):
-        client = redis_py.Redis.from_url(redis_url)
-        app = celery_harness.celery_app(redis_url, prefix)
-        yield {"app": app, "client": client, "prefix": prefix, "url": redis_url}
-        client.close()
+    """One real prefork worker with two children."""
+    with celery_harness.running_worker(redis_url, "window", concurrency=2) as worker:
+        yield worker
 
 
 @pytest.fixture
 def w(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    celery_harness.clear(worker["client"], worker["prefix"])
-    with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
+    """The worker, with no event, message or lock left from an earlier test."""
+    with celery_harness.fresh(worker):
         yield worker
-    gc.collect()
 
 
 def sleep_until(started_ns: int, seconds: float) -> None:

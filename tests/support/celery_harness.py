@@ -7,9 +7,11 @@ with a key prefix and a queue of its own. Its output goes to ``artifacts/celery-
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -34,6 +36,38 @@ def celery_app(redis_url: str, prefix: str) -> ModuleType:
         broker_url=redis_url, result_backend=redis_url, task_default_queue=f"{prefix}-queue"
     )
     return module
+
+
+@contextmanager
+def running_worker(redis_url: str, name: str, *, concurrency: int = 2) -> Iterator[dict[str, Any]]:
+    """Run a worker (see :func:`celery_worker`) under a new prefix for a test module.
+
+    Yield what its tests use: the app module, a client of the server, the prefix and the URL.
+    """
+    prefix = f"{name}-{secrets.token_hex(4)}"
+    with celery_worker(redis_url, prefix, name=name, concurrency=concurrency):
+        client = redis_py.Redis.from_url(redis_url)
+        app = celery_app(redis_url, prefix)
+        yield {"app": app, "client": client, "prefix": prefix, "url": redis_url}
+        client.close()
+
+
+@contextmanager
+def fresh(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Give one test the worker of :func:`running_worker` with no event or lock left over.
+
+    The package's ``LOCKS`` point at the worker's prefix for the test.
+    """
+    from django.test import override_settings
+
+    from tests.support.helpers import locks_setting
+
+    clear(worker["client"], worker["prefix"])
+    with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
+        yield worker
+    # The test's results are garbage now: let them unsubscribe (Celery 5.6 does so in
+    # __del__) while the server is still running, not at the end of the session.
+    gc.collect()
 
 
 @contextmanager
