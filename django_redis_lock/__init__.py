@@ -12,6 +12,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .leader import Campaign, Term, leader
 from .lock import Lock, lock
 
 __version__ = "0.1.0.dev0"
@@ -19,6 +20,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AsyncLock",
     "BackendUnavailableError",
+    "Campaign",
     "InvalidLockArgumentError",
     "InvalidLockBackendError",
     "Lock",
@@ -27,7 +29,9 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "Term",
     "alock",
+    "leader",
     "lock",
     "locks",
 ]
