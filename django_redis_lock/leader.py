@@ -53,36 +53,37 @@ class Term:
         self.owner: str = handle.owner
         self.lock = handle
         self._on_lost = on_lost
-        self._reported = threading.Lock()
-        self._lost_told = False
-        self._resigned = False
+        self._guard = threading.Lock()
+        self._state = "live"  # then "lost" or "resigned", once
 
     def __repr__(self) -> str:
         return f"<Term {self.number} of leader {self.name!r}>"
 
     @property
     def resigned(self) -> bool:
-        """Return whether :meth:`resign` was called."""
-        return self._resigned
+        """Return whether :meth:`resign` ended the term."""
+        return self._state == "resigned"
 
     @property
     def lost(self) -> bool:
         """Return whether the term ended without being resigned (its lease ended, or was taken).
 
         Read locally, at once: true as soon as the lease may have ended, even when renewal
-        has not yet found out.
+        has not found out yet, and true from then on. The first time it turns true, the term
+        gives up what is left of its lock, so another campaign can be elected.
         """
-        if self._resigned:
-            return False
-        return self.lock.lost or self.remaining() <= 0
+        if self._state == "live" and (self.lock.lost or self._lease_left() <= 0):
+            self._end()
+        return self._state == "lost"
 
     def remaining(self) -> float:
         """Return the seconds left of the term's lease as this process knows it (0: ended).
 
         The estimate errs early, never late; renewal moves it on while the term lasts.
         """
-        if self._resigned:
-            return 0.0
+        return self._lease_left() if self._state == "live" else 0.0
+
+    def _lease_left(self) -> float:
         hold = held.get((self.lock.backend, self.lock.name, self.owner))
         if hold is None or hold.lost_reason is not None:
             return 0.0
@@ -92,17 +93,14 @@ class Term:
     def check(self) -> None:
         """Raise :class:`~django_redis_lock.LockLostError` if the term is lost; ask before acting.
 
-        A term found lost here gives up its lock at once (if the server still has it), so
-        another campaign can be elected. Raises
-        :class:`~django_redis_lock.LockNotOwnedError` after :meth:`resign`.
+        Raises :class:`~django_redis_lock.LockNotOwnedError` after :meth:`resign`.
         """
-        if self._resigned:
+        if self.resigned:
             raise LockNotOwnedError(
                 f"Term {self.number} of leader {self.name!r} was resigned.",
                 lock_name=self.lock.name,
             )
         if self.lost:
-            self._end()
             raise LockLostError(
                 f"Term {self.number} of leader {self.name!r} is lost: its lease ended, so "
                 "another process may lead now.",
@@ -111,38 +109,37 @@ class Term:
 
     def resign(self) -> None:
         """Give up the term, so another campaign can be elected at once; a no-op if it ended."""
-        if self._resigned:
+        if self.lost or not self._leave("resigned"):
             return
-        lost = self.lost
-        self._resigned = True
-        self._release(report=lost)
+        self._release()
 
     def _end(self) -> None:
-        """Release what is left of a lost term, and report the loss."""
-        self._release(report=True)
-
-    def _release(self, *, report: bool) -> None:
-        try:
-            self.lock.release()
-        except LockNotOwnedError:
-            pass  # the lease ended: the lock reported it, and nothing is left to free
-        except LockError as exc:
-            logger.warning("Could not resign %r: %s; it ends with its lease.", self, exc)
-        if report:
-            self._report_lost()
-
-    def _report_lost(self) -> None:
-        """Call ``on_lost(term)`` once, from whichever thread saw the loss first."""
-        with self._reported:
-            if self._lost_told or self._resigned:
-                return
-            self._lost_told = True
+        """End a lost term: free what is left of its lock, and call ``on_lost(term)``, once."""
+        if not self._leave("lost"):
+            return
+        self._release()
         logger.warning("%r ended: it is no longer the leader.", self)
         if self._on_lost is not None:
             try:
                 self._on_lost(self)
             except Exception:
                 logger.exception("The on_lost callback of %r failed.", self)
+
+    def _leave(self, state: str) -> bool:
+        """Move the live term to ``state``; return False if it had ended already."""
+        with self._guard:
+            if self._state != "live":
+                return False
+            self._state = state
+            return True
+
+    def _release(self) -> None:
+        try:
+            self.lock.release()
+        except LockNotOwnedError:
+            pass  # the lease ended: the lock reported it, and nothing is left to free
+        except LockError as exc:
+            logger.warning("Could not free the lock of %r: %s; it ends with its lease.", self, exc)
 
 
 class Campaign:
@@ -198,7 +195,7 @@ class Campaign:
 
         def lost(_lock: Lock) -> None:
             for term in won:
-                term._report_lost()
+                term._end()
 
         handle = Lock(
             self.lock_name,
