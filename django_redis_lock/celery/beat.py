@@ -139,18 +139,19 @@ class LeaderMixin:
     schedule: Any
     max_interval: float
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        self.leader_settings = settings_ = beat_settings(app)
+        self.campaign = Campaign(
+            settings_.name,
+            ttl=settings_.ttl,
+            using=settings_.using,
+            metadata={"role": "celery beat"},
+        )
+        self._backend()  # a bad alias stops beat as it starts
         self._term: Term | None = None
         self._runs: dict[str, dt.datetime] = {}
         self._adopt_again = False
-        super().__init__(*args, **kwargs)
-        self.leader_settings = beat_settings(self.app)
-        self.campaign = Campaign(
-            self.leader_settings.name,
-            ttl=self.leader_settings.ttl,
-            using=self.leader_settings.using,
-            metadata={"role": "celery beat"},
-        )
+        super().__init__(app, *args, **kwargs)  # type: ignore[call-arg]
 
     # Leading -------------------------------------------------------------------------------
 
