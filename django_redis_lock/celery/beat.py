@@ -157,28 +157,30 @@ class LeaderMixin:
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Send what is due if this node leads; else try to be elected. Return the next wait."""
-        term = self._leading()
-        if term is None:
-            return min(1.0, self.leader_settings.ttl / 4)
-        if self._adopt_again:
-            self._adopt()
+        if self._leading() is None:
+            return self.follow_every
         interval: float = super().tick(*args, **kwargs)  # type: ignore[misc]
         return interval
 
+    @property
+    def follow_every(self) -> float:
+        """Return how often a node that does not lead tries to be elected, in seconds."""
+        return min(1.0, self.leader_settings.ttl / 4)
+
     def _leading(self) -> Term | None:
+        """Return the live term of this node, elected now if need be; None if another leads."""
         term = self._term
-        if term is not None and not term.lost:
-            return term
-        if term is not None:
+        if term is not None and term.lost:
             logger.warning("Beat stops sending: its %r is lost.", term)
-            term.resign()
-            self._term = None
+            self._drop()
         try:
-            term = self.campaign.acquire(blocking=False)
-            if term is not None:
-                self._term = term
+            if self._term is None:
+                self._term = self.campaign.acquire(blocking=False)
+                if self._term is not None:
+                    logger.info("Beat sends from now on, in %r.", self._term)
+                    self._adopt_again = True
+            if self._term is not None and self._adopt_again:
                 self._adopt()
-                logger.info("Beat sends from now on (%r).", term)
         except (LockError, redis.RedisError) as exc:
             logger.warning("Beat could not run for leader: %s", exc)
             self._drop()

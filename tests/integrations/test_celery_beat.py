@@ -26,6 +26,7 @@ from django_redis_lock.celery.beat import (
     leader_scheduler,
     micros,
 )
+from django_redis_lock.testing import RedisServer
 from tests.support.celery_harness import beat_messages
 
 ENTRY = "every-second"
@@ -224,3 +225,25 @@ def test_factory__keeps_the_wrapped_class() -> None:
     cls = leader_scheduler(CountingScheduler)
     assert issubclass(cls, CountingScheduler)
     assert cls.__name__ == "LeaderCountingScheduler"
+
+
+def test_redis_down__the_leader_stops_sending_and_beat_keeps_ticking(
+    node: Any, raw_redis: redis_py.Redis, prefix: str, own_server: RedisServer
+) -> None:
+    # The locks on a server of this test alone (the broker stays up).
+    locks_on_own = {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": own_server.url, "socket_timeout": 0.5},
+        }
+    }
+    with override_settings(LOCKS=locks_on_own):
+        scheduler = node()
+        make_due(scheduler)
+        assert scheduler.tick() == 0
+        own_server.stop()
+        make_due(scheduler)
+        for _ in range(3):
+            assert scheduler.tick() >= 0
+        assert len(beat_messages(raw_redis, prefix)) == 1, "sent with no record of it"
+        assert scheduler.campaign.term is None or scheduler.campaign.term.resigned
