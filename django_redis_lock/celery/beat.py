@@ -47,15 +47,16 @@ HEADER = "django_redis_lock_beat"
 #: name -> its last run sent (microseconds since the epoch), in the lock's hash slot.
 KIND = "beat"
 
-# KEYS[1] the leader lock's holders hash (see backends/_redis/lua/_prelude.lua: each field is
-#         an owner, each value "<lease end ms> <holds> <fencing token> ...")
-# KEYS[2] the beat record: hash of entry name -> last run sent (µs since the epoch)
-# ARGV[1] the sender's owner token  ARGV[2] its term number (fencing token)
-# ARGV[3] the entry's name  ARGV[4] the last run the sender counts from (µs; '' for none)
-# ARGV[5] the run to send (µs)
-# Returns {1} when the run is recorded (send it), {0, last run} when the record holds a
-# later run than ARGV[4] (do not send; count from it), {-1} when the term is over.
+#: Claim a run of an entry for the sender, if its term is live and nobody sent a later run.
 CLAIM = """
+-- KEYS[1] the leader lock's holders hash (see backends/_redis/lua/_prelude.lua): owner ->
+--         "<lease end ms> <holds> <fencing token> ..."
+-- KEYS[2] the beat record: entry name -> its last run sent (microseconds since the epoch)
+-- ARGV[1] the sender's owner token  ARGV[2] its term number (fencing token)
+-- ARGV[3] the entry's name  ARGV[4] the last run the sender counts from (us)
+-- ARGV[5] the run to send (us)
+-- Returns {1} when the run is recorded (send it), {0, last run} when a run later than
+-- ARGV[4] is recorded (do not send; count from it), {-1} when the sender's term is over.
 local text = redis.call('HGET', KEYS[1], ARGV[1])
 if not text then
   return {-1}
@@ -67,7 +68,7 @@ if not ends or tonumber(ends) <= now or fence ~= ARGV[2] then
   return {-1}
 end
 local last = redis.call('HGET', KEYS[2], ARGV[3])
-if last and (ARGV[4] == '' or tonumber(last) > tonumber(ARGV[4])) then
+if last and tonumber(last) > tonumber(ARGV[4]) then
   return {0, last}
 end
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
@@ -151,6 +152,7 @@ class LeaderMixin:
         self._term: Term | None = None
         self._runs: dict[str, dt.datetime] = {}
         self._adopt_again = False
+        self._claim_script: Any = None
         super().__init__(app, *args, **kwargs)  # type: ignore[call-arg]
 
     # Leading -------------------------------------------------------------------------------
@@ -256,7 +258,9 @@ class LeaderMixin:
         backend = self._backend()
         keys = [backend.key(self.campaign.lock_name), self._record_key()]
         args = [term.owner, str(term.number), name, str(micros(after)), str(micros(run))]
-        reply: list[Any] = backend.client.eval(CLAIM, len(keys), *keys, *args)
+        if self._claim_script is None:
+            self._claim_script = backend.client.register_script(CLAIM)  # sent by its SHA1
+        reply: list[Any] = self._claim_script(keys=keys, args=args, client=backend.client)
         return [int(reply[0]), *reply[1:]]
 
     # Closing ---------------------------------------------------------------------------------
