@@ -27,6 +27,7 @@ from django_redis_lock.celery.beat import (
     micros,
 )
 from django_redis_lock.testing import RedisServer
+from django_redis_lock.testing.topologies import RedisClusterServers
 from tests.support.celery_harness import beat_messages
 
 ENTRY = "every-second"
@@ -247,3 +248,34 @@ def test_redis_down__the_leader_stops_sending_and_beat_keeps_ticking(
             assert scheduler.tick() >= 0
         assert len(beat_messages(raw_redis, prefix)) == 1, "sent with no record of it"
         assert scheduler.campaign.term is None or scheduler.campaign.term.resigned
+
+
+@pytest.mark.slow
+def test_cluster__the_claim_runs_in_the_leader_lock_slot(
+    app: Celery, raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    with RedisClusterServers(primaries=3) as cluster:
+        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
+        setting = {
+            "cluster": {
+                "BACKEND": "django_redis_lock.backends.cluster.RedisClusterBackend",
+                "OPTIONS": {"startup_nodes": nodes, "key_prefix": prefix},
+            }
+        }
+        app.conf.beat_leader_using = "cluster"
+        with override_settings(LOCKS=setting):
+            first, second = (leader_scheduler(Scheduler)(app) for _ in range(2))
+            try:
+                make_due(first)
+                make_due(second, ago=3600)
+                assert first.tick() == 0
+                assert second.tick() > 0
+                first.close()
+                assert second.tick() > 0.5, "the new leader counts from the recorded run"
+                assert locks["cluster"].force_release("leader:beat") == 1
+                make_due(second)
+                second.tick()
+            finally:
+                first.close()
+                second.close()
+    assert len(beat_messages(raw_redis, prefix)) == 1, "a run was sent twice, or by a lost term"
