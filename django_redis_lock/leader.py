@@ -13,6 +13,7 @@ than its lease finds it lost before it acts, even if the renewal thread has not 
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -55,6 +56,7 @@ class Term:
         self._on_lost = on_lost
         self._guard = threading.Lock()
         self._state = "live"  # then "lost" or "resigned", once
+        self._pid = os.getpid()
 
     def __repr__(self) -> str:
         return f"<Term {self.number} of leader {self.name!r}>"
@@ -115,9 +117,9 @@ class Term:
 
     def _end(self) -> None:
         """End a lost term: free what is left of its lock, and call ``on_lost(term)``, once."""
-        if not self._leave("lost"):
-            return
-        self._release()
+        if not self._leave("lost") or os.getpid() != self._pid:
+            return  # a forked child neither frees nor reports its parent's term
+        self._release()  # also lets the lock forget the hold, if the lease had ended
         logger.warning("%r ended: it is no longer the leader.", self)
         if self._on_lost is not None:
             try:
@@ -134,6 +136,8 @@ class Term:
             return True
 
     def _release(self) -> None:
+        if os.getpid() != self._pid:
+            return  # the owner token is the parent's: a forked child must not free its term
         try:
             self.lock.release()
         except LockNotOwnedError:
@@ -194,8 +198,8 @@ class Campaign:
         won: list[Term] = []  # the term, once there is one, for the lock's loss report
 
         def lost(_lock: Lock) -> None:
-            for term in won:
-                term._end()
+            for elected in won:
+                elected._end()
 
         handle = Lock(
             self.lock_name,

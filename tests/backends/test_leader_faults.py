@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 import time
+import warnings
 
 import pytest
 import redis as redis_py
@@ -112,3 +113,28 @@ def test_sigstop__past_the_lease__the_old_leader_sees_lost_before_it_acts(
     assert not late, f"the old leader acted {len(late)} times after another was elected"
     assert leader("paused").leader() is not None, "the new term survives the old leader"
     term.resign()
+
+
+def test_fork__a_child_neither_leads_nor_ends_its_parents_term() -> None:
+    told: list[object] = []
+    with leader("forked", ttl=0.4, on_lost=told.append) as term:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+            pid = os.fork()
+        if pid == 0:  # the child: the term is not its own
+            code = 1
+            try:
+                if term.lost and not told:
+                    term.resign()
+                    code = 0
+            except BaseException:
+                code = 2
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        time.sleep(1.0)  # two and a half leases: the parent keeps renewing
+        assert not term.lost
+        info = leader("forked").leader()
+        assert info is not None
+        assert info.owner == term.owner
+    assert not told
