@@ -297,10 +297,15 @@ def leader_scheduler(scheduler_class: S) -> S:
             f"{scheduler_class!r}."
         )
     name = f"Leader{scheduler_class.__name__}"
-    namespace = {"__module__": scheduler_class.__module__, "__qualname__": name}
+    namespace = {
+        "__module__": scheduler_class.__module__,
+        "__qualname__": name,
+        "__doc__": f"{scheduler_class.__name__}, sending only from the node elected leader.",
+    }
     return type(name, (LeaderMixin, scheduler_class), namespace)  # type: ignore[return-value]
 
 
-#: Celery's ``PersistentScheduler``, sending only from the elected node.
+#: Celery's ``PersistentScheduler``, sending only from the node elected leader.
 LeaderScheduler = leader_scheduler(PersistentScheduler)
 LeaderScheduler.__module__ = __name__
+LeaderScheduler.__name__ = LeaderScheduler.__qualname__ = "LeaderScheduler"
