@@ -27,6 +27,8 @@ TTL = 2.0
 RUN_FOR, KILL_AT = 18.0, 7.0
 #: The schedule's period, and the longest a follower waits between two tries (min(1, ttl/4)).
 PERIOD, POLL = 1.0, 0.5
+#: What a loaded machine (CI has two cores for three nodes and the test) may add to a wait.
+SLACK = 1.0
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -75,7 +77,7 @@ def test_nodes__each_run_is_sent_once__through_a_sigkill_of_the_leader(
         run for run, term in zip(runs, terms, strict=True) if term == second.fencing_token
     ]
     takeover = after_kill[0] - killed_at
-    assert takeover <= TTL + POLL + 0.5, f"the next leader sent {takeover:.2f}s after the kill"
+    assert takeover <= TTL + POLL + SLACK, f"the next leader sent {takeover:.2f}s after the kill"
     gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
-    assert max(gaps) <= PERIOD + TTL + POLL + 0.5, f"a gap of {max(gaps):.2f}s"
+    assert max(gaps) <= PERIOD + TTL + POLL + SLACK, f"a gap of {max(gaps):.2f}s"
     assert len(sent) >= RUN_FOR - TTL - POLL - 1, f"only {len(sent)} runs in {RUN_FOR}s"
