@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_py
@@ -29,6 +30,23 @@ RUN_FOR, KILL_AT = 18.0, 7.0
 PERIOD, POLL = 1.0, 0.5
 #: What a loaded machine (CI has two cores for three nodes and the test) may add to a wait.
 SLACK = 1.0
+
+
+def assert_each_run_sent_once(sent: list[dict[str, Any]]) -> list[float]:
+    """Check the messages beat sent, oldest first; return their run times (seconds).
+
+    Each run is sent once: every message counts from a run no earlier than the one before it
+    (a second send of one due time would count from the same run, or an older one), and the
+    sends are a period apart. No gap between two sends is longer than the lease allows.
+    """
+    runs = [message["run"] / 1e6 for message in sent]
+    afters = [message["after"] / 1e6 for message in sent]
+    for previous_run, after, run in zip(runs, afters[1:], runs[1:], strict=False):
+        assert after >= previous_run, f"a run was sent twice: {sent}"
+        assert run - previous_run >= PERIOD * 0.9, f"two sends {run - previous_run:.3f}s apart"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
+    assert max(gaps) <= PERIOD + TTL + POLL + SLACK, f"a gap of {max(gaps):.2f}s"
+    return runs
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -61,14 +79,8 @@ def test_nodes__each_run_is_sent_once__through_a_sigkill_of_the_leader(
     assert second.pid in pids, "a surviving node took over"
     assert second.fencing_token > first.fencing_token
 
-    runs = [message["run"] / 1e6 for message in sent]
-    afters = [message["after"] / 1e6 for message in sent]
+    runs = assert_each_run_sent_once(sent)
     terms = [message["term"] for message in sent]
-    # Each run is sent once: every message counts from a run no earlier than the one before
-    # it (a second send of one due time would count from the same run, or an older one).
-    for previous_run, after, run in zip(runs, afters[1:], runs[1:], strict=False):
-        assert after >= previous_run, f"a run was sent twice: {sent}"
-        assert run - previous_run >= PERIOD * 0.9, f"two sends {run - previous_run:.3f}s apart"
     assert terms == sorted(terms), "an old term sent after a new one"
     assert set(terms) == {first.fencing_token, second.fencing_token}, "one term per leader"
 
@@ -78,6 +90,35 @@ def test_nodes__each_run_is_sent_once__through_a_sigkill_of_the_leader(
     ]
     takeover = after_kill[0] - killed_at
     assert takeover <= TTL + POLL + SLACK, f"the next leader sent {takeover:.2f}s after the kill"
-    gaps = [later - earlier for earlier, later in itertools.pairwise(runs)]
-    assert max(gaps) <= PERIOD + TTL + POLL + SLACK, f"a gap of {max(gaps):.2f}s"
     assert len(sent) >= RUN_FOR - TTL - POLL - 1, f"only {len(sent)} runs in {RUN_FOR}s"
+
+
+def test_nodes__a_leader_paused_past_its_lease_sends_nothing_when_it_resumes(
+    redis_url: str, prefix: str, raw_redis: redis_py.Redis, tmp_path: Path
+) -> None:
+    nodes = [
+        celery_beat(redis_url, prefix, tmp_path, name=f"paused-{n}", ttl=TTL) for n in range(2)
+    ]
+    try:
+        eventually(lambda: len(beat_messages(raw_redis, prefix)) >= 2, timeout=60)
+        first = leader("beat").leader()
+        assert first is not None
+        os.kill(first.pid, signal.SIGSTOP)
+        stopped_at = time.time()
+        try:
+            eventually(lambda: getattr(leader("beat").leader(), "pid", first.pid) != first.pid)
+            time.sleep(1.0)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        time.sleep(4.0)  # the resumed node runs on; the other keeps leading
+        second = leader("beat").leader()
+    finally:
+        for node in nodes:
+            stop_beat(node)
+    sent = beat_messages(raw_redis, prefix)
+    assert second is not None
+    assert second.pid != first.pid, "the resumed node took the office back"
+    old = [message["run"] / 1e6 for message in sent if message["term"] == first.fencing_token]
+    assert old, "the first leader sent"
+    assert max(old) < stopped_at, "the paused leader sent a run after it was stopped"
+    assert_each_run_sent_once(sent)
