@@ -107,11 +107,15 @@ def beat_settings(app: Any) -> BeatSettings:
 
     defaults = BeatSettings()
     name = read("beat_leader_lock", defaults.name)
+    # Settings, not arguments: their errors are configuration errors.
     try:
         validate_name(name)
     except LockError as exc:
-        raise InvalidLockBackendError(f"beat_leader_lock: {exc}") from None
-    ttl = validate_ttl(read("beat_leader_ttl", defaults.ttl), argument="beat_leader_ttl")
+        raise InvalidLockBackendError(f"beat_leader_lock must be a lock name: {exc}") from None
+    try:
+        ttl = validate_ttl(read("beat_leader_ttl", defaults.ttl), argument="beat_leader_ttl")
+    except LockError as exc:
+        raise InvalidLockBackendError(str(exc)) from None
     using = read("beat_leader_using", defaults.using)
     if not isinstance(using, str):
         raise InvalidLockBackendError(f"beat_leader_using must be a LOCKS alias, got {using!r}.")
