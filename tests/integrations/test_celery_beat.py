@@ -209,9 +209,14 @@ def test_settings__bad_values_are_refused_by_name(
         beat_settings(app)
 
 
-def test_using__an_alias_without_a_shared_record_is_refused(app: Celery) -> None:
-    app.conf.beat_leader_using = "locmem"
-    with pytest.raises(InvalidLockBackendError, match="beat_leader_using"):
+@pytest.mark.parametrize(
+    ("alias", "message"), [("locmem", "beat_leader_using"), ("missing", "missing")]
+)
+def test_using__an_alias_without_a_shared_record_stops_beat_as_it_starts(
+    app: Celery, alias: str, message: str
+) -> None:
+    app.conf.beat_leader_using = alias
+    with pytest.raises(InvalidLockBackendError, match=message):
         leader_scheduler(Scheduler)(app)
 
 
