@@ -13,6 +13,7 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
+from .leader import Campaign, Term, leader
 from .lock import Lock, lock
 
 __version__ = "0.1.0.dev0"
@@ -20,6 +21,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AsyncLock",
     "BackendUnavailableError",
+    "Campaign",
     "DuplicateTaskError",
     "InvalidLockArgumentError",
     "InvalidLockBackendError",
@@ -29,7 +31,9 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "Term",
     "alock",
+    "leader",
     "lock",
     "locks",
 ]

@@ -30,7 +30,7 @@ from tests.support.helpers import locks_setting  # noqa: E402
 URL = os.environ.get("DRL_CELERY_URL", "redis://127.0.0.1:1/0")
 PREFIX = os.environ.get("DRL_CELERY_PREFIX", "celery-tests")
 
-if os.environ.get("DRL_CELERY_WORKER"):
+if os.environ.get("DRL_CELERY_WORKER") or os.environ.get("DRL_CELERY_BEAT_TTL"):
     override_settings(LOCKS=locks_setting(URL, PREFIX)).enable()
 
 app = Celery("tests", broker=URL, backend=URL, set_as_current=True)
@@ -43,6 +43,21 @@ app.conf.update(
     result_expires=600,
     task_default_queue=f"{PREFIX}-queue",
 )
+
+if os.environ.get("DRL_CELERY_BEAT_TTL"):
+    # `celery beat` on every node (see celery_harness.celery_beat): one entry due every second,
+    # sent to a queue nobody consumes, so the test reads every message beat sent.
+    app.conf.update(
+        beat_schedule={
+            "every-second": {
+                "task": "tests.support.celery_app.ping",
+                "schedule": 1.0,
+                "options": {"queue": f"{PREFIX}-beat"},
+            }
+        },
+        beat_leader_lock="beat",
+        beat_leader_ttl=float(os.environ["DRL_CELERY_BEAT_TTL"]),
+    )
 
 _client: redis.Redis | None = None
 

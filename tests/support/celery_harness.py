@@ -116,6 +116,51 @@ def celery_worker(
         log.close()
 
 
+def celery_beat(
+    redis_url: str, prefix: str, directory: Path, *, name: str, ttl: float
+) -> subprocess.Popen[bytes]:
+    """Start ``celery beat -S django_redis_lock.celery.beat:LeaderScheduler`` as node ``name``.
+
+    Its schedule file is in ``directory``; its one entry is due every second (see celery_app),
+    and its leader's lease is ``ttl``. The caller stops it (:func:`stop_beat`).
+    """
+    env = {
+        **os.environ,
+        "DRL_CELERY_URL": redis_url,
+        "DRL_CELERY_PREFIX": prefix,
+        "DRL_CELERY_BEAT_TTL": str(ttl),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    (ROOT / "artifacts").mkdir(exist_ok=True)
+    with open(ROOT / "artifacts" / f"celery-beat-{name}.log", "ab") as log:
+        return subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "beat",
+                "-S", "django_redis_lock.celery.beat:LeaderScheduler", "--loglevel", "INFO",
+                "--schedule", str(directory / f"beat-{name}"),
+                "--pidfile", str(directory / f"beat-{name}.pid"),
+            ],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def stop_beat(process: subprocess.Popen[bytes]) -> None:
+    """Stop a beat node (warm), or kill it if it does not stop."""
+    _stop(process, wrapped=False)
+
+
+def beat_messages(client: redis_py.Redis, prefix: str) -> list[dict[str, Any]]:
+    """Return the leader header of each message beat sent (see django_redis_lock.celery.beat).
+
+    Oldest first: the broker's queue is a list pushed on the left.
+    """
+    found = []
+    for raw in reversed(client.lrange(f"{prefix}-beat", 0, -1)):
+        headers = json.loads(raw)["headers"]
+        found.append(headers["django_redis_lock_beat"])
+    return found
+
+
 def _stop(process: subprocess.Popen[bytes], *, wrapped: bool) -> None:
     target = process.pid
     if wrapped:
