@@ -92,8 +92,11 @@ def _is_task(info: LockInfo) -> bool:
 
 
 def held_until(info: LockInfo) -> dt.datetime:
-    """Return when the lease of ``info`` ends, on the backend's clock (UTC)."""
-    return info.acquired_at + dt.timedelta(seconds=info.held_for + info.ttl)
+    """Return when the lease of ``info`` ends, on the backend's clock (UTC).
+
+    Durations are kept to the millisecond, so two listings of one lease give one time.
+    """
+    return info.acquired_at + dt.timedelta(milliseconds=round((info.held_for + info.ttl) * 1000))
 
 
 def describe_holder(info: LockInfo) -> str:

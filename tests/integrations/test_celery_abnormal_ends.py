@@ -116,8 +116,9 @@ def test_abnormal_end__frees_the_lock_of_every_task_shape_at_once(
     # Every shape but the docs' example refuses duplicates when sent: its claim must go too.
     claims = {claim_name(name): f"{case}'s claim" for case, name in sent.values()}
     del claims[claim_name(f"celery:{documented.name}:7")]
-    listed = {info.name for info in locks["default"].iter_locks()}
-    assert claims.keys() <= listed, "each run holds its message's claim while it runs"
+    if end != "hard time limit":  # the first runs may be out of time before the last starts
+        listed = {info.name for info in locks["default"].iter_locks()}
+        assert claims.keys() <= listed, "each run holds its message's claim while it runs"
     names.update(claims)
     deadline = ended_at + FREED_WITHIN + (TIME_LIMIT if options else 0)
     while held := names.keys() & {info.name for info in locks["default"].iter_locks()}:

@@ -81,16 +81,19 @@ def test_a_run_killed_in_its_window__keeps_the_window_and_no_more(w: dict[str, A
     task = w["app"].killed_in_window  # ttl=60, min_hold=3
     task.delay(0)
     [start] = celery_harness.wait_for_events(w["client"], w["prefix"], "start", 1)
-    sleep_until(start["at"], 0.5)
+    sleep_until(start["at"], 0.3)
     os.kill(start["pid"], signal.SIGKILL)
-    sleep_until(start["at"], 1.5)
-    [holder] = locks["default"].lock_info(f"celery:{task.name}")
-    assert holder.min_hold_of is not None, "the main process kept the window, not the lease"
+    # The pool notices the death within a second or two; the main process then keeps the
+    # window, not the 60 s lease, and not less than the window.
+    kept_by_min_hold = False
     deadline = start["at"] / 1e9 + WINDOW + 5.0
-    while locks["default"].lock_info(f"celery:{task.name}"):
+    while holders := locks["default"].lock_info(f"celery:{task.name}"):
+        kept_by_min_hold |= holders[0].min_hold_of is not None
         assert time.monotonic() < deadline, "still held long after the window"
-        time.sleep(0.05)
-    assert time.monotonic() - start["at"] / 1e9 >= WINDOW - 0.2, "freed before the window ended"
+        time.sleep(0.02)
+    freed_after = time.monotonic() - start["at"] / 1e9
+    assert freed_after >= WINDOW - 0.2, f"freed {freed_after:.2f}s after the start"
+    assert kept_by_min_hold or freed_after > WINDOW, "freed within the window"
 
 
 def test_min_hold_with_limit__refused_at_definition() -> None:
