@@ -36,16 +36,18 @@ from celery._state import get_current_task
 from celery.result import AsyncResult
 from celery.signals import task_postrun
 from celery.utils import uuid
+from celery.utils.time import maybe_make_aware
 
 from ..backends.base import AcquireRequest, holder_metadata
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
 from ..holds import held
-from ..listing import describe_holder, task_id
+from ..listing import describe_holder
+from ..listing import task_id as task_id_of
 from ..lock import Lock
 from ..renewal import renewer
 from .keys import SingleInstance, call_args, claim_name, claim_owner, config_of, task_record
-from .worker import release_claim, run_id_of
+from .worker import keep_claim, release_claim, resending, run_id_of
 
 __all__ = ["take_over_claim"]
 
@@ -58,6 +60,11 @@ _taken_over: dict[str, tuple[Lock, float]] = {}
 #: How often a send tries again when a claim it found held was freed before it could tell
 #: by whom.
 _ATTEMPTS = 3
+
+
+#: Set on a run's request when its claim went on to a message it sent under its own task id
+#: (its retry, or a replacement): the run's end then leaves the claim to that message.
+HANDED_ON = "django_redis_lock_claim_handed_on"
 
 
 def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]:
@@ -77,19 +84,19 @@ def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]
         args, kwargs = tuple(args or ()), dict(kwargs or {})
         name = claim_name(config.message_lock_name(self, args, kwargs))
         backend, owner = locks[config.using], claim_owner(task_id)
-        current = get_current_task()
-        retry = current is not None and current.request.id == task_id
-        if retry:
-            _forget(_taken_over.pop(run_id_of(current.request) or "", None))
+        again = _hand_on(name, task_id)
         request = AcquireRequest(
-            ttl=config.enqueue_ttl + _delay(options),
+            ttl=config.enqueue_ttl + _delay(self, options),
             metadata=_claim_metadata(self, config, task_id, args, kwargs),
             limit=config.limit,
-            holds=0,
+            holds=0 if again else None,
         )
         for _ in range(_ATTEMPTS):
-            if backend.acquire(name, owner, request).acquired or retry:
-                break  # a retry is the same instance: it is sent, claimed or not
+            taken = backend.acquire(name, owner, request)
+            if again or (taken.acquired and taken.holds == 1):
+                break  # a new claim; or the instance sent again, which goes, claimed or not
+            if taken.acquired:  # this task id claimed it already: the same message sent twice
+                backend.release(name, owner, taken.holds)
             refused = _refuse(self, config, name)
             if refused is not None:
                 return refused
@@ -102,20 +109,55 @@ def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]
         try:
             return publish(self, args, kwargs, task_id, *rest, **options)
         except BaseException:
-            backend.release(name, owner, 1)  # nothing was sent
+            if not again:
+                backend.release(name, owner, 1)  # nothing was sent
             raise
 
     return apply_async
 
 
-def _delay(options: dict[str, Any]) -> float:
-    # How long the message waits before it may run: its countdown, or until its ETA.
+def _hand_on(name: str, task_id: str) -> bool:
+    """Prepare a send made by a run, or for it; return whether it sends that same instance.
+
+    A run's retry or replacement (its own task id, or a retry its worker's main process sends
+    for a lost child) is the instance itself: its claim goes on with it, and a claim of other
+    arguments than the new send's is freed. A run that sends the next instance of its own key
+    (a chain, a link) hands its claim over: it is freed for the new send to take.
+    """
+    current = get_current_task()
+    if current is None:
+        return task_id in resending
+    run_id = run_id_of(current.request) or ""
+    if current.request.id == task_id:
+        setattr(current.request, HANDED_ON, True)
+        _forget(_taken_over.pop(run_id, None))
+        config = config_of(current)
+        if config is not None and config.enqueue != "allow":
+            old = claim_name(
+                config.message_lock_name(
+                    current, current.request.args or (), current.request.kwargs or {}
+                )
+            )
+            if old != name:
+                locks[config.using].release(old, claim_owner(task_id), 1)
+        return True
+    taken = _taken_over.get(run_id)
+    if taken is not None and taken[0].name == name and taken[0].owner is not None:
+        _forget(_taken_over.pop(run_id))
+        taken[0].backend.release(name, taken[0].owner, 1)
+    return False
+
+
+def _delay(task: Task, options: dict[str, Any]) -> float:
+    # How long the message waits before it may run: its countdown, or until its ETA (a
+    # naive one is in the app's time zone, as Celery reads it).
     countdown, eta = options.get("countdown"), options.get("eta")
     if isinstance(countdown, (int, float)):
         return max(0.0, float(countdown))
     if isinstance(eta, dt.datetime):
-        now = dt.datetime.now(eta.tzinfo or None)
-        return max(0.0, (eta - now).total_seconds())
+        due = maybe_make_aware(eta, task.app.timezone)
+        waits: float = (due - task.app.now()).total_seconds()
+        return max(0.0, waits)
     return 0.0
 
 
@@ -145,7 +187,7 @@ def _refuse(task: Task, config: SingleInstance, name: str) -> AsyncResult | None
     holders = locks[config.using].lock_info(name)
     if not holders:
         return None
-    ids = [found for info in holders if (found := task_id(info)) is not None]
+    ids = [found for info in holders if (found := task_id_of(info)) is not None]
     holder = "; ".join(describe_holder(info) for info in holders)
     if config.enqueue == "raise" or not ids:
         raise DuplicateTaskError(
@@ -180,6 +222,8 @@ def take_over_claim(
     )
     try:
         if claim.acquire(blocking=False):
+            # From the send's long lease to the run's: a worker killed whole frees it soon.
+            claim.extend(config.ttl or claim.backend.default_ttl, replace=True)
             _taken_over[run_id] = (claim, config.min_hold and config.min_hold + _age(claim))
     except LockError:
         logger.warning("Could not take over the claim %r.", claim.name, exc_info=True)
@@ -203,28 +247,46 @@ def _forget(taken: tuple[Lock, float] | None) -> None:
 
 def _after_run(
     sender: Task | None = None,
+    *,
     task_id: str | None = None,
     args: Sequence[Any] | None = None,
     kwargs: dict[str, Any] | None = None,
+    retval: object = None,
     state: str | None = None,
     **extra: Any,
 ) -> None:
-    # In the run's process, when the run ended (its body returned, raised, was skipped or
-    # asked for a retry): free its claim, unless a retry took it again. A run that took the
-    # claim over keeps it for the task's min_hold window; one that never ran its body does
-    # not.
-    if sender is None or config_of(sender) is None or sender.request.is_eager:
+    # In the run's process, when the run ended (its body returned or raised, or the run was
+    # refused by on_conflict): free its claim, unless its message goes on (a retry, a
+    # replacement, a requeue) or another delivery of it runs. A run that took the claim over
+    # keeps it for the task's min_hold window; one that never ran its body does not.
+    config = None if sender is None else config_of(sender)
+    if sender is None or config is None or config.enqueue == "allow" or not task_id:
         return
+    if sender.request.is_eager:
+        return
+    args, kwargs = args or (), kwargs or {}
     taken = _taken_over.pop(run_id_of(sender.request) or "", None)
     _forget(taken)
-    if state == states.RETRY:
-        return
     try:
-        release_claim(
-            sender, task_id, args or (), kwargs or {}, 0.0 if taken is None else taken[1]
-        )
+        if state == states.RETRY or getattr(sender.request, HANDED_ON, False):
+            return
+        if state == states.REJECTED and getattr(retval, "requeue", False):
+            keep_claim(sender, task_id, args, kwargs)
+        elif taken is not None:
+            release_claim(sender, task_id, args, kwargs, taken[1])
+        elif not _running_elsewhere(sender, config, task_id, args, kwargs):
+            release_claim(sender, task_id, args, kwargs, 0.0)
     except Exception:
         logger.exception("Could not free the claim of task %s[%s].", sender.name, task_id)
+
+
+def _running_elsewhere(
+    task: Task, config: SingleInstance, task_id: str, args: Sequence[Any], kwargs: dict[str, Any]
+) -> bool:
+    # Whether another delivery of the same task id holds the run's lock (a redelivered
+    # message, say): its claim is that delivery's.
+    holders = locks[config.using].lock_info(config.message_lock_name(task, args, kwargs))
+    return any(task_id_of(info) == task_id for info in holders)
 
 
 Task.apply_async = _claiming(Task.apply_async)

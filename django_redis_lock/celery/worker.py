@@ -14,6 +14,7 @@ when it loads the tasks that use ``@single_instance``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery import Task
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_received, task_revoked
 
 from ..handler import locks
@@ -32,9 +34,11 @@ from .keys import claim_name, claim_owner, config_of
 __all__ = [
     "CHILD_EXIT_WAIT",
     "RUN_ID_FIELD",
+    "keep_claim",
     "new_run_id",
     "release_claim",
     "release_run",
+    "resending",
     "run_id_of",
     "run_owner",
 ]
@@ -49,6 +53,10 @@ CHILD_EXIT_WAIT = 60.0
 RUN_ID_FIELD = "django_redis_lock_run_id"
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+#: Task ids whose retry this process is sending for a lost child (``retry_on_worker_lost``):
+#: the send is the instance itself, and keeps its claim.
+resending: set[str] = set()
 
 
 def new_run_id() -> str:
@@ -117,6 +125,22 @@ def release_claim(
     return locks[config.using].release(name, claim_owner(task_id), 1, **kept) is not None
 
 
+def keep_claim(
+    task: Task, task_id: str | None, args: Sequence[Any], kwargs: dict[str, Any]
+) -> bool:
+    """Keep the claim of the task ``task_id`` for its message put back on the queue.
+
+    Its lease becomes the task's ``enqueue_ttl``, as when the message was sent. Return
+    whether the task id held the claim.
+    """
+    config = config_of(task)
+    if config is None or config.enqueue == "allow" or not task_id:
+        return False
+    name = claim_name(config.message_lock_name(task, args, kwargs))
+    backend = locks[config.using]
+    return backend.extend(name, claim_owner(task_id), config.enqueue_ttl, replace=True) is not None
+
+
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
     # In the worker's main process: give the delivery its run id (the request dict is sent
     # to the pool after this signal). When the pool reports that the run's child was killed,
@@ -132,22 +156,27 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
     # Set, not kept: a run id that came with the message names another delivery.
     run_id = request_dict[RUN_ID_FIELD] = new_run_id()
 
-    def release() -> None:
+    def release(goes_on: bool) -> None:
+        # The claim of a message that Celery requeues or retries goes on with it.
         try:
             release_run(task, run_id, request.args, request.kwargs)
-            release_claim(task, request.id, request.args, request.kwargs)
+            end_claim = keep_claim if goes_on else release_claim
+            end_claim(task, request.id, request.args, request.kwargs)
         except Exception:
             logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
 
-    def release_once_gone() -> None:
+    def release_once_gone(goes_on: bool) -> None:
         pid: int | None = request.worker_pid
         if pid is None or pid == os.getpid():
             return  # never started, or ran in this process (a non-forking pool)
         if _process_gone(pid):
-            release()
+            release(goes_on)
         else:
             threading.Thread(
-                target=_release_when_gone, args=(pid, release), name="drl-release", daemon=True
+                target=_release_when_gone,
+                args=(pid, functools.partial(release, goes_on)),
+                name="drl-release",
+                daemon=True,
             ).start()
 
     on_failure, on_timeout = request.on_failure, request.on_timeout
@@ -156,17 +185,43 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
         # Only the pool's error callback (a child lost, terminated or out of time) comes
         # here without return_ok: a body that raised or retried reports through on_success,
         # with return_ok=True, and its own run has freed the lock already.
-        if not kwargs.get("return_ok", False):
-            release_once_gone()
-        return on_failure(*args, **kwargs)
+        if kwargs.get("return_ok", False):
+            return on_failure(*args, **kwargs)
+        error = _error(args[0] if args else kwargs.get("exc_info"))
+        retried = isinstance(error, WorkerLostError) and getattr(
+            task, "retry_on_worker_lost", False
+        )
+        release_once_gone(_requeued(task, error) or bool(retried))
+        if not retried:
+            return on_failure(*args, **kwargs)
+        resending.add(request.id)  # Celery sends the retry now, from this process
+        try:
+            return on_failure(*args, **kwargs)
+        finally:
+            resending.discard(request.id)
 
     def timed_out(soft: bool, timeout: float) -> Any:
         if not soft:
-            release_once_gone()
+            release_once_gone(_requeued(task, TimeLimitExceeded(timeout)))
         return on_timeout(soft, timeout)
 
     request.on_failure = failed
     request.on_timeout = timed_out
+
+
+def _error(exc_info: Any) -> BaseException | None:
+    error = getattr(exc_info, "exception", None)
+    return getattr(error, "exc", error)  # unwrap an ExceptionWithTraceback
+
+
+def _requeued(task: Task, error: BaseException | None) -> bool:
+    # Whether Celery puts the message back on its queue after this failure (as
+    # celery.worker.request.Request.on_failure decides).
+    if not task.acks_late:
+        return False
+    if isinstance(error, TimeLimitExceeded):
+        return not task.acks_on_timeout
+    return bool(task.reject_on_worker_lost) and isinstance(error, WorkerLostError)
 
 
 def _release_when_gone(pid: int, release: Callable[[], None]) -> None:
@@ -195,10 +250,13 @@ def _process_gone(pid: int) -> bool:
     return False
 
 
-def _discarded(sender: Task | None = None, request: Any = None, **kwargs: Any) -> None:
+def _discarded(
+    sender: Task | None = None, request: Any = None, terminated: bool = False, **kwargs: Any
+) -> None:
     # In the worker's main process: a message revoked or expired before its run started is
-    # discarded, and its claim freed (a run it terminated is freed as a run that ended).
-    if sender is None or request is None or config_of(sender) is None:
+    # discarded, and its claim freed. A run terminated by a revoke may still be running (a
+    # child slow to obey SIGTERM): the pool reports its end, and its claim is freed then.
+    if terminated or sender is None or request is None or config_of(sender) is None:
         return
     try:
         release_claim(sender, request.id, request.args or (), request.kwargs or {})

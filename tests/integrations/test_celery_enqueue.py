@@ -8,6 +8,9 @@ duplicates when sent.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from celery import chain
 
 from django_redis_lock import DuplicateTaskError, LockNotAcquiredError, locks
 from tests.support import celery_harness
@@ -190,3 +194,115 @@ def test_skip__sends_at_the_same_moment_from_many_threads__one_message(w: dict[s
         ids = list(pool.map(send, range(10)))
     assert client.llen(idle(w)) == 1, "one message published"
     assert len(set(ids)) == 1
+
+
+# Each way a message goes on, or a second delivery comes, after its run started.
+
+
+def test_one_task_id_sent_twice__one_message(w: dict[str, Any]) -> None:
+    app, client = w["app"], w["client"]
+    sent = [app.sync_once.apply_async((15, n), task_id="sync-15", queue=idle(w)) for n in (0, 1)]
+    assert client.llen(idle(w)) == 1
+    assert [r.id for r in sent] == ["sync-15", "sync-15"]
+    with pytest.raises(DuplicateTaskError):
+        app.sync_strict.apply_async((15, 0), task_id="strict-15", queue=idle(w))
+        app.sync_strict.apply_async((15, 1), task_id="strict-15", queue=idle(w))
+    [claim] = claim_of(app.sync_strict, 15)
+    assert claim.holds == 1, "the refused send took no hold of its own"
+
+
+def test_revoke_terminate_by_sigterm__the_claim_stays_while_the_run_goes_on(
+    w: dict[str, Any],
+) -> None:
+    app, client, prefix = w["app"], w["client"], w["prefix"]
+    first = app.sync_stubborn.delay(16, 2.5)  # ignores SIGTERM
+    [start] = celery_harness.wait_for_events(client, prefix, "start", 1)
+    app.app.control.revoke(first.id, terminate=True)  # SIGTERM
+    time.sleep(1.0)
+    assert celery_harness.events(client, prefix, "end") == [], "the run goes on"
+    assert app.sync_stubborn.delay(16, 0.0).id == first.id, "refused while it runs"
+    wait_until(lambda: not claim_of(app.sync_stubborn, 16), 15, "freed once the run ended")
+    # The pool would report the next death of this child as that termination: replace it.
+    os.kill(start["pid"], signal.SIGKILL)
+    assert app.ping.delay().get(timeout=30) == "pong"
+
+
+def test_reject_with_requeue__the_claim_goes_on_with_the_message(w: dict[str, Any]) -> None:
+    app, client, prefix = w["app"], w["client"], w["prefix"]
+    first = app.sync_rejecting.delay(17)
+    celery_harness.wait_for_events(client, prefix, "reject", 1)
+    sends = send_until_done(app.sync_rejecting, first, 17)
+    assert first.get(timeout=30) == 17
+    wait_until(lambda: not claim_of(app.sync_rejecting, 17), 10, "freed after the run")
+    assert len(celery_harness.events(client, prefix, "start")) == 1
+    assert_refused_until_the_end(w, sends, first.id)
+
+
+def test_requeued_after_the_child_was_killed__the_claim_goes_on(w: dict[str, Any]) -> None:
+    app, client, prefix = w["app"], w["client"], w["prefix"]
+    first = app.sync_lost.delay(18)  # acks_late, reject_on_worker_lost
+    [start] = celery_harness.wait_for_events(client, prefix, "start", 1)
+    os.kill(start["pid"], signal.SIGKILL)
+    sends = send_until_done(app.sync_lost, first, 18)
+    assert first.get(timeout=30) == 2, "the second delivery ran"
+    wait_until(lambda: not claim_of(app.sync_lost, 18), 10, "freed after the run")
+    assert [e["run"] for e in celery_harness.events(client, prefix, "start")] == [1, 2]
+    assert_refused_until_the_end(w, sends, first.id)
+
+
+def send_until_done(task: Any, first: Any, *args: Any) -> list[tuple[int, str]]:
+    """Send ``task(*args)`` every 50 ms until ``first`` is done; return (sent by ns, id)."""
+    sends = []
+    while not first.ready():
+        sent_id = task.delay(*args).id
+        sends.append((time.monotonic_ns(), sent_id))
+        time.sleep(0.05)
+    return sends
+
+
+def assert_refused_until_the_end(w: dict[str, Any], sends: list[Any], first_id: str) -> None:
+    """Every send that was done before the run's body ended got the first run's id."""
+    [end] = celery_harness.events(w["client"], w["prefix"], "end")
+    before = [sent_id for at, sent_id in sends if at < end["at"]]
+    assert len(before) >= 3, "sent while the message went on"
+    assert set(before) == {first_id}
+
+
+def test_retry_asked_without_raising__the_claim_goes_on_with_the_retry(w: dict[str, Any]) -> None:
+    app, client, prefix = w["app"], w["client"], w["prefix"]
+    first = app.sync_retry_quietly.delay(19)
+    celery_harness.wait_for_events(client, prefix, "done", 1)
+    assert app.sync_retry_quietly.delay(19).id == first.id, "refused while the retry waits"
+    celery_harness.wait_for_events(client, prefix, "start", 2)
+    wait_until(lambda: not claim_of(app.sync_retry_quietly, 19), 10, "freed after the retry")
+
+
+def test_retry_with_other_arguments__frees_the_claim_of_the_first(w: dict[str, Any]) -> None:
+    app = w["app"]
+    assert app.sync_retry_elsewhere.delay(20).get(timeout=30) == 120
+    wait_until(lambda: not claim_of(app.sync_retry_elsewhere, 20), 10, "the first claim freed")
+    wait_until(lambda: not claim_of(app.sync_retry_elsewhere, 120), 10, "the second freed")
+
+
+def test_while_it_runs__the_claim_has_the_runs_lease_not_the_sends(w: dict[str, Any]) -> None:
+    app, client, prefix = w["app"], w["client"], w["prefix"]
+    first = app.sync_once.delay(21, 0, 1.0)
+    celery_harness.wait_for_events(client, prefix, "start", 1)
+    [claim] = claim_of(app.sync_once, 21)
+    assert claim.ttl <= locks["default"].default_ttl, "a worker killed whole frees it soon"
+    assert first.get(timeout=30) == 0
+
+
+def test_a_chain_of_one_key__each_link_runs(w: dict[str, Any]) -> None:
+    app = w["app"]
+    links = chain(app.sync_once.si(22, 0, 0.1), app.sync_once.si(22, 1, 0.1))
+    assert links.delay().get(timeout=30) == 1
+    wait_until(lambda: not claim_of(app.sync_once, 22), 10, "freed after the chain")
+
+
+def test_a_naive_eta_is_read_in_the_apps_time_zone(w: dict[str, Any]) -> None:
+    from django_redis_lock.celery.enqueue import _delay
+
+    task = w["app"].sync_once
+    in_two_hours = task.app.now().replace(tzinfo=None) + dt.timedelta(hours=2)
+    assert abs(_delay(task, {"eta": in_two_hours}) - 7200) < 5

@@ -20,6 +20,7 @@ django.setup()
 
 import redis  # noqa: E402
 from celery import Celery, Task, current_task, shared_task  # noqa: E402
+from celery.exceptions import Reject  # noqa: E402
 from celery.signals import task_postrun  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
@@ -208,6 +209,52 @@ def sync_retrying(self: Any, customer_id: int, countdown: float = 2.0) -> object
 def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> None:
     # Sent for every run that returned, a skipped one included.
     record("done", task=task.name, id=task_id, result=repr(retval))
+
+
+@app.task(bind=True)
+@single_instance(key="{customer_id}", enqueue="skip", ttl=60)
+def sync_stubborn(self: Any, customer_id: int, seconds: float = 3.0) -> object:
+    """A run that ignores SIGTERM: a revoke that terminates it with SIGTERM leaves it running."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return work(f"sync_stubborn:{customer_id}", customer_id, seconds)
+
+
+@app.task(bind=True, acks_late=True)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_rejecting(self: Any, customer_id: int) -> object:
+    """Its first delivery puts its message back on the queue (Reject with requeue)."""
+    if _redis().incr(f"{PREFIX}:rejected:{customer_id}") == 1:
+        record("reject", task="sync_rejecting", run=customer_id)
+        time.sleep(0.3)
+        raise Reject("again", requeue=True)
+    return work(f"sync_rejecting:{customer_id}", customer_id, 0.1)
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_lost(self: Any, customer_id: int) -> object:
+    """Its first delivery waits to be killed; Celery puts the message back on the queue."""
+    delivery = _redis().incr(f"{PREFIX}:lost:{customer_id}")
+    return work(f"sync_lost:{customer_id}", delivery, 30 if delivery == 1 else 0.5)
+
+
+@app.task(bind=True, max_retries=1)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_retry_quietly(self: Any, customer_id: int) -> object:
+    """Asks for a retry without raising it, then returns."""
+    record("start", task="sync_retry_quietly", run=self.request.retries)
+    if self.request.retries == 0:
+        self.retry(countdown=2, throw=False)
+    return self.request.retries
+
+
+@app.task(bind=True, max_retries=1)
+@single_instance(key="{customer_id}", enqueue="skip")
+def sync_retry_elsewhere(self: Any, customer_id: int) -> object:
+    """Retries with other arguments: a claim of another key."""
+    if self.request.retries == 0:
+        raise self.retry(args=(customer_id + 100,), countdown=0.5)
+    return customer_id
 
 
 # At most once per window (min_hold=).
