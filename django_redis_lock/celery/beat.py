@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import hashlib
 import logging
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,7 +36,14 @@ from ..exceptions import InvalidLockBackendError, LockArgumentTypeError, LockErr
 from ..handler import locks
 from ..leader import Campaign, Term
 
-__all__ = ["HEADER", "BeatSettings", "LeaderScheduler", "beat_settings", "leader_scheduler"]
+__all__ = [
+    "HEADER",
+    "BeatSettings",
+    "LeaderScheduler",
+    "beat_settings",
+    "fingerprint",
+    "leader_scheduler",
+]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -51,12 +59,13 @@ KIND = "beat"
 CLAIM = """
 -- KEYS[1] the leader lock's holders hash (see backends/_redis/lua/_prelude.lua): owner ->
 --         "<lease end ms> <holds> <fencing token> ..."
--- KEYS[2] the beat record: entry name -> its last run sent (microseconds since the epoch)
+-- KEYS[2] the beat record: entry name -> "<its last run sent (us)> <its fingerprint>"
 -- ARGV[1] the sender's owner token  ARGV[2] its term number (fencing token)
 -- ARGV[3] the entry's name  ARGV[4] the last run the sender counts from (us)
--- ARGV[5] the run to send (us)
--- Returns {1} when the run is recorded (send it), {0, last run} when a run later than
--- ARGV[4] is recorded (do not send; count from it), {-1} when the sender's term is over.
+-- ARGV[5] the run to send (us)  ARGV[6] the entry's fingerprint
+-- Returns {1} when the run is recorded (send it; also when this very run was recorded by an
+-- earlier call whose reply was lost), {0, last run} when a run later than ARGV[4] is
+-- recorded (do not send; count from it), {-1} when the sender's term is over.
 local text = redis.call('HGET', KEYS[1], ARGV[1])
 if not text then
   return {-1}
@@ -67,13 +76,20 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 if not ends or tonumber(ends) <= now or fence ~= ARGV[2] then
   return {-1}
 end
-local last = redis.call('HGET', KEYS[2], ARGV[3])
+local last = string.match(redis.call('HGET', KEYS[2], ARGV[3]) or '', '^(%d+)')
+if last == ARGV[5] then
+  return {1}
+end
 if last and tonumber(last) > tonumber(ARGV[4]) then
   return {0, last}
 end
-redis.call('HSET', KEYS[2], ARGV[3], ARGV[5])
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[5] .. ' ' .. ARGV[6])
 return {1}
 """
+
+#: How many times a leader sends one claim whose reply did not come before it gives the run
+#: up (a claim is idempotent: sent again, it finds its own run recorded).
+CLAIM_ATTEMPTS = 3
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _MICROSECOND = dt.timedelta(microseconds=1)
@@ -120,6 +136,12 @@ def beat_settings(app: Any) -> BeatSettings:
     if not isinstance(using, str):
         raise InvalidLockBackendError(f"beat_leader_using must be a LOCKS alias, got {using!r}.")
     return BeatSettings(name=name, ttl=ttl, using=using)
+
+
+def fingerprint(entry: ScheduleEntry) -> str:
+    """Return what tells an entry's task and schedule apart, as recorded with its runs."""
+    text = f"{entry.task}|{entry.schedule!r}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def micros(when: dt.datetime) -> int:
@@ -211,11 +233,17 @@ class LeaderMixin:
         return self._backend().key(self.campaign.lock_name, KIND)
 
     def _adopt(self) -> None:
-        """Count each entry from its last run recorded in Redis (a new leader's file is stale)."""
+        """Count each entry from its last run recorded in Redis (a new leader's file is stale).
+
+        A record of another task or schedule under the entry's name (an entry removed, then
+        added again changed) is not this entry's: it starts as Celery starts a new entry.
+        """
         recorded = self._backend().client.hgetall(self._record_key())
         for name, entry in self.schedule.items():
-            last = recorded.get(name.encode())
-            if last is not None:
+            value = recorded.get(name.encode(), b"")
+            text = value.decode() if isinstance(value, bytes) else value
+            last, _, mark = text.partition(" ")
+            if last.isdigit() and mark == fingerprint(entry):
                 entry.last_run_at = from_micros(int(last), entry.default_now())
         self._adopt_again = False
         self.populate_heap()  # type: ignore[attr-defined]
@@ -236,14 +264,17 @@ class LeaderMixin:
             logger.warning("Beat did not send %s: this node no longer leads.", entry.name)
             return
         after = entry.last_run_at
-        try:
-            reply = self._claim(term, entry.name, after, run)
-        except (LockError, redis.RedisError) as exc:
-            logger.warning(
-                "Beat did not send %s: its run could not be recorded: %s", entry.name, exc
-            )
-            self._adopt_again = True
-            return
+        for attempt in range(1, CLAIM_ATTEMPTS + 1):
+            try:
+                reply = self._claim(term, entry, after, run)
+                break
+            except (LockError, redis.RedisError) as exc:
+                if attempt == CLAIM_ATTEMPTS or term.lost:
+                    logger.warning(
+                        "Beat did not send %s: its run could not be recorded: %s", entry.name, exc
+                    )
+                    self._adopt_again = True
+                    return
         if reply[0] == -1:
             logger.warning("Beat did not send %s: %r is over on the server.", entry.name, term)
             self._drop()
@@ -258,10 +289,19 @@ class LeaderMixin:
         sent.options = {**entry.options, "headers": headers}
         super().apply_entry(sent, producer)  # type: ignore[misc]
 
-    def _claim(self, term: Term, name: str, after: dt.datetime, run: dt.datetime) -> list[Any]:
+    def _claim(
+        self, term: Term, entry: ScheduleEntry, after: dt.datetime, run: dt.datetime
+    ) -> list[Any]:
         backend = self._backend()
         keys = [backend.key(self.campaign.lock_name), self._record_key()]
-        args = [term.owner, str(term.number), name, str(micros(after)), str(micros(run))]
+        args = [
+            term.owner,
+            str(term.number),
+            entry.name,
+            str(micros(after)),
+            str(micros(run)),
+            fingerprint(entry),
+        ]
         if self._claim_script is None:
             self._claim_script = backend.client.register_script(CLAIM)  # sent by its SHA1
         reply: list[Any] = self._claim_script(keys=keys, args=args, client=backend.client)

@@ -23,6 +23,7 @@ from django_redis_lock.celery.beat import (
     BeatSettings,
     LeaderScheduler,
     beat_settings,
+    fingerprint,
     leader_scheduler,
     micros,
 )
@@ -94,6 +95,14 @@ def record(raw_redis: redis_py.Redis, prefix: str) -> dict[bytes, bytes]:
     return raw_redis.hgetall(f"{prefix}:{{=leader:beat}}:beat")  # type: ignore[return-value]
 
 
+def put_record(
+    raw_redis: redis_py.Redis, prefix: str, scheduler: Any, when: dt.datetime, mark: str = ""
+) -> None:
+    """Record ``when`` as the entry's last run sent, as a leader of its schedule would."""
+    mark = mark or fingerprint(scheduler.schedule[ENTRY])
+    raw_redis.hset(f"{prefix}:{{=leader:beat}}:beat", ENTRY, f"{micros(when)} {mark}")
+
+
 def test_two_nodes__only_the_leader_sends(
     node: Any, raw_redis: redis_py.Redis, prefix: str
 ) -> None:
@@ -105,7 +114,8 @@ def test_two_nodes__only_the_leader_sends(
     assert second.tick() > 0
     [sent] = beat_messages(raw_redis, prefix)
     assert sent["term"] == first.campaign.leader().fencing_token
-    assert record(raw_redis, prefix) == {ENTRY.encode(): str(sent["run"]).encode()}
+    mark = fingerprint(first.schedule[ENTRY])
+    assert record(raw_redis, prefix) == {ENTRY.encode(): f"{sent['run']} {mark}".encode()}
     assert first.tick() > 0.5, "the next run is a second away"
     assert len(beat_messages(raw_redis, prefix)) == 1
 
@@ -128,8 +138,8 @@ def test_gap__runs_missed_while_nobody_led_are_sent_once(
     node: Any, raw_redis: redis_py.Redis, prefix: str
 ) -> None:
     last_run = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5.5)
-    raw_redis.hset(f"{prefix}:{{=leader:beat}}:beat", ENTRY, micros(last_run))
     scheduler = node()
+    put_record(raw_redis, prefix, scheduler, last_run)
     assert scheduler.tick() == 0
     assert 0.5 < scheduler.tick() <= 1.0
     [sent] = beat_messages(raw_redis, prefix)
@@ -158,8 +168,7 @@ def test_stale_basis__a_run_counted_from_before_the_record_is_not_sent(
     make_due(scheduler)
     assert scheduler.tick() == 0
     # Another leader's later run, as if recorded behind this node's back.
-    later = dt.datetime.now(dt.timezone.utc)
-    raw_redis.hset(f"{prefix}:{{=leader:beat}}:beat", ENTRY, micros(later))
+    put_record(raw_redis, prefix, scheduler, dt.datetime.now(dt.timezone.utc))
     make_due(scheduler)
     scheduler.tick()
     assert len(beat_messages(raw_redis, prefix)) == 1
@@ -175,12 +184,64 @@ def test_crontab__a_fresh_node_sends_the_run_its_dead_predecessor_missed(
     # The old leader sent the run of two minutes ago, then died: the run of the last minute
     # boundary is missed. A fresh node counts from its start, which is past that boundary.
     now = dt.datetime.now(dt.timezone.utc)
-    raw_redis.hset(f"{prefix}:{{=leader:beat}}:beat", ENTRY, micros(now - dt.timedelta(minutes=2)))
     scheduler = node()
+    put_record(raw_redis, prefix, scheduler, now - dt.timedelta(minutes=2))
     scheduler.tick()
     assert len(beat_messages(raw_redis, prefix)) == 1
     scheduler.tick()
     assert len(beat_messages(raw_redis, prefix)) == 1
+
+
+def test_an_entry_added_again_with_another_schedule__does_not_count_from_the_old_runs(
+    app: Celery, node: Any, raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    later = (dt.datetime.now(dt.timezone.utc).hour + 12) % 24
+    app.conf.beat_schedule = {
+        ENTRY: {
+            "task": "beat.ping",
+            "schedule": crontab(minute=0, hour=later),
+            "options": {"queue": f"{prefix}-beat"},
+        }
+    }
+    week_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=7)
+    scheduler = node()
+    put_record(raw_redis, prefix, scheduler, week_ago, mark="another-schedule")
+    scheduler.tick()
+    assert beat_messages(raw_redis, prefix) == [], "not due by its own schedule"
+    # The same schedule's record is this entry's: its missed run is sent, once.
+    scheduler.close()
+    again = node()
+    put_record(raw_redis, prefix, again, week_ago)
+    again.tick()
+    again.tick()
+    assert len(beat_messages(raw_redis, prefix)) == 1
+
+
+class LosingReplies(leader_scheduler(Scheduler)):  # type: ignore[misc]
+    """A node whose first claim runs on the server but whose reply never comes back."""
+
+    lost_replies = 0
+
+    def _claim(self, *args: Any) -> list[Any]:
+        reply: list[Any] = super()._claim(*args)  # type: ignore[misc]
+        if not type(self).lost_replies:
+            type(self).lost_replies += 1
+            raise redis_py.TimeoutError("the reply did not come in time")
+        return reply
+
+
+def test_a_claim_whose_reply_was_lost__is_sent_again_and_found_recorded(
+    app: Celery, raw_redis: redis_py.Redis, prefix: str
+) -> None:
+    scheduler = LosingReplies(app)
+    try:
+        make_due(scheduler)
+        assert scheduler.tick() == 0
+        assert LosingReplies.lost_replies == 1
+        [sent] = beat_messages(raw_redis, prefix)
+        assert record(raw_redis, prefix)[ENTRY.encode()].split()[0] == str(sent["run"]).encode()
+    finally:
+        scheduler.close()
 
 
 def test_settings__read_from_celery_config_then_django_settings(app: Celery) -> None:
