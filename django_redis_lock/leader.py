@@ -217,6 +217,8 @@ class Campaign:
         term = self.term = Term(self, handle, self.on_lost)
         won.append(term)
         logger.info("Elected: %r.", term)
+        if handle.lost:  # found lost before the term existed to be told
+            term._end()
         return term
 
     def resign(self) -> None:

@@ -99,7 +99,8 @@ _MICROSECOND = dt.timedelta(microseconds=1)
 class BeatSettings:
     """What the leader scheduler reads from Celery's config (or Django's settings)."""
 
-    #: The campaign's name (its lock is ``leader:<name>``): ``beat_leader_lock``.
+    #: The campaign's name (its lock is ``leader:<name>``): ``beat_leader_lock``; by default
+    #: this followed by ``:`` and the app's main name, when it has one.
     name: str = "celery-beat"
     #: The term's lease in seconds, the longest a dead leader holds beat up: ``beat_leader_ttl``.
     ttl: float = 10.0
@@ -122,7 +123,8 @@ def beat_settings(app: Any) -> BeatSettings:
         return default if value is None else value
 
     defaults = BeatSettings()
-    name = read("beat_leader_lock", defaults.name)
+    # Two projects on one Redis elect a leader each: the default names the app.
+    name = read("beat_leader_lock", f"{defaults.name}:{app.main}" if app.main else defaults.name)
     # Settings, not arguments: their errors are configuration errors.
     try:
         validate_name(name)

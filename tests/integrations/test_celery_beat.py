@@ -248,7 +248,8 @@ def test_settings__read_from_celery_config_then_django_settings(app: Celery) -> 
     assert beat_settings(app) == BeatSettings(name="beat", ttl=5.0, using="default")
     app.conf.beat_leader_lock = None
     app.conf.beat_leader_ttl = None
-    assert beat_settings(app) == BeatSettings()
+    assert beat_settings(app) == BeatSettings(name="celery-beat:beat-tests")
+    assert beat_settings(Celery(set_as_current=False)) == BeatSettings()
     with override_settings(CELERY_BEAT_LEADER_LOCK="from-django", CELERY_BEAT_LEADER_TTL=3):
         assert beat_settings(app) == BeatSettings(name="from-django", ttl=3.0)
 
