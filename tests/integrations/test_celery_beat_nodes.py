@@ -82,7 +82,9 @@ def test_nodes__each_run_is_sent_once__through_a_sigkill_of_the_leader(
     runs = assert_each_run_sent_once(sent)
     terms = [message["term"] for message in sent]
     assert terms == sorted(terms), "an old term sent after a new one"
-    assert set(terms) == {first.fencing_token, second.fencing_token}, "one term per leader"
+    # A loaded machine may delay a renewal past the lease: a term then ends, and another node
+    # is elected, without a run sent twice. The killed leader's and the last one's are there.
+    assert {first.fencing_token, second.fencing_token} <= set(terms)
 
     # The next leader sends within the lease, and no run is skipped beyond it.
     after_kill = [
