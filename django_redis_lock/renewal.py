@@ -151,6 +151,22 @@ class Renewer:
         with self._cond:
             return len(self._leases)
 
+    def lateness(self) -> tuple[dict[BaseLockBackend, float], bool]:
+        """Return how far past due the latest lease of each backend is, and if the thread runs.
+
+        Only backends with a lease past its due time are listed, in seconds. The thread is
+        reported running when it is alive, or when no lease is held (it starts on demand).
+        """
+        with self._lock:
+            now = time.monotonic()
+            late: dict[BaseLockBackend, float] = {}
+            for lease in self._leases:
+                if lease.due < now:
+                    late[lease.backend] = max(late.get(lease.backend, 0.0), now - lease.due)
+            thread = self._thread
+            running = not self._leases or (thread is not None and thread.is_alive())
+            return late, running
+
     def _run(self) -> None:
         try:
             while True:
