@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_redis_lock",
+    "health_check",
     "shop",
 ]
 
