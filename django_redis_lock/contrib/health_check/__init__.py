@@ -30,14 +30,11 @@ __all__ = ["LockBackend", "LockRenewal"]
 
 @dataclasses.dataclass
 class LockBackend(HealthCheck):
-    """Check that the backend of one ``LOCKS`` alias answers a ping.
+    """Check that the backend of the ``LOCKS`` alias ``alias`` answers a ping.
 
     A server that is down or frozen fails the check within the backend's socket timeout
     (``socket_timeout`` in the alias's ``OPTIONS``): the ping is the backend's own
     :meth:`~django_redis_lock.backends.base.BaseLockBackend.ping`, with its timeouts.
-
-    Args:
-        alias: The alias of ``LOCKS`` to check.
     """
 
     alias: str = DEFAULT_ALIAS
@@ -61,12 +58,9 @@ class LockRenewal(HealthCheck):
 
     A held lock with ``auto_renew`` has its lease renewed when a third of it has passed: that
     moment is the lease's *due* time. The check fails when a lease of this process is past
-    its due time by more than ``margin`` (its renewal is waiting for a server that does not
-    answer, or the thread cannot keep up), or when leases are held and the renewal thread is
-    not running. With no lease held, it passes.
-
-    Args:
-        margin: How far past its due time a lease may be before the check fails.
+    its due time by more than ``margin`` (a timedelta, one second by default), because its
+    renewal waits for a server that does not answer or the thread cannot keep up; or when
+    leases are held and the renewal thread is not running. With no lease held, it passes.
     """
 
     margin: datetime.timedelta = dataclasses.field(
