@@ -1,7 +1,8 @@
 """What the admin's Locks page reads from its URL and shows of each holder.
 
 :class:`ListQuery` holds the list's filters and where its page starts; :class:`LockRow` is one
-holder as the templates show it, described by :mod:`django_redis_lock.listing`.
+holder as the templates show it, and :class:`WaiterRow` one owner waiting for a lock, both
+described by :mod:`django_redis_lock.listing`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,15 @@ from django.http.request import QueryDict
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from .backends.base import LockInfo, glob_escape
-from .listing import describe_holder, duration, metadata_json, metadata_summary, shorten
+from .backends.base import LockInfo, WaiterInfo, glob_escape
+from .listing import (
+    describe_holder,
+    describe_waiter,
+    duration,
+    metadata_json,
+    metadata_summary,
+    shorten,
+)
 
 __all__ = [
     "FILTER_PARAMS",
@@ -24,6 +32,7 @@ __all__ = [
     "REFRESH_CHOICES",
     "ListQuery",
     "LockRow",
+    "WaiterRow",
     "kept_filters",
 ]
 
@@ -84,6 +93,28 @@ class LockRow:
     def metadata_pretty(self) -> str:
         """Return the metadata indented, for the confirmation page."""
         return metadata_json(self.info, indent=2)
+
+    @property
+    def waiting_text(self) -> str:
+        """Return how many owners wait for the lock: "3 waiting", or "none"."""
+        return f"{self.info.waiting} waiting" if self.info.waiting else "none"
+
+
+@dataclass(frozen=True)
+class WaiterRow:
+    """One owner waiting for a lock, as the confirmation page lists it."""
+
+    info: WaiterInfo
+
+    @property
+    def waiter(self) -> str:
+        """Return who waits, its place in the queue, and for how long."""
+        return describe_waiter(self.info)
+
+    @property
+    def metadata_json(self) -> str:
+        """Return the waiter's metadata as one line of JSON ("" when it has none)."""
+        return metadata_json(self.info) if self.info.metadata else ""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from ._admin_page import REFRESH_CHOICES, ListQuery, LockRow, kept_filters
+from ._admin_page import REFRESH_CHOICES, ListQuery, LockRow, WaiterRow, kept_filters
 from .exceptions import (
     BackendUnavailableError,
     InvalidLockArgumentError,
@@ -208,6 +208,7 @@ class LockAdmin(ModelAdmin):
             if request.method == "POST":
                 row = LockRow(alias, holder) if holder else None
                 return self.release(request, alias, name, owner, row=row, back_url=back_url)
+            waiters = [] if holder is None else locks[alias].waiters(name)
         except (BackendUnavailableError, InvalidLockBackendError) as exc:
             messages.error(request, f"Nothing was released: {exc}")
             return HttpResponseRedirect(back_url)
@@ -224,6 +225,7 @@ class LockAdmin(ModelAdmin):
             "opts": self.opts,
             "app_label": self.opts.app_label,
             "row": LockRow(alias, holder),
+            "waiters": [WaiterRow(waiter) for waiter in waiters],
             "back_url": back_url,
         }
         return TemplateResponse(request, self.release_template, context)

@@ -1,10 +1,11 @@
 """One presentation of a lock holder, for every place that shows one to people.
 
 The admin page, ``manage.py locks``, a locked view's conflict answer and ``@single_instance``'s
-conflict messages all describe holders through this module: a duration in one format, who
-holds the lock, a one-line summary of its metadata, the Celery task id, and the seconds until
-a lease ends. What a Celery run records about itself is defined here too (:class:`TaskRecord`),
-so the writer and the readers of that metadata agree on its keys.
+conflict messages all describe holders (and waiters) through this module: a duration in one
+format, who holds the lock or waits for it, a one-line summary of its metadata, the Celery
+task id, and the seconds until a lease ends. What a Celery run records about itself is defined
+here too (:class:`TaskRecord`), so the writer and the readers of that metadata agree on its
+keys.
 
 Text is returned as the holder wrote it: each output escapes it for its medium (HTML by the
 templates, terminals by ``management/listing.py``).
@@ -20,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import LockInfo
+from .backends.base import LockInfo, WaiterInfo
 
 __all__ = [
     "TaskRecord",
     "describe_holder",
+    "describe_waiter",
     "duration",
     "held_until",
     "metadata_json",
@@ -76,18 +78,18 @@ def duration(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def task_id(info: LockInfo) -> str | None:
+def task_id(info: LockInfo | WaiterInfo) -> str | None:
     """Return the Celery task id a ``@single_instance`` holder recorded, if any."""
     value = info.metadata.get("task_id")
     return value if isinstance(value, str) and value else None
 
 
-def _task_name(info: LockInfo) -> str | None:
+def _task_name(info: LockInfo | WaiterInfo) -> str | None:
     value = info.metadata.get("task_name")
     return value if isinstance(value, str) and value else None
 
 
-def _is_task(info: LockInfo) -> bool:
+def _is_task(info: LockInfo | WaiterInfo) -> bool:
     return task_id(info) is not None or _task_name(info) is not None
 
 
@@ -119,7 +121,17 @@ def min_hold_note(info: LockInfo) -> str | None:
     return f"held until {held_until(info):%Y-%m-%d %H:%M:%S} UTC by min_hold"
 
 
-def _who(info: LockInfo) -> str:
+def describe_waiter(info: WaiterInfo) -> str:
+    """Return who waits (as :func:`describe_holder` says who holds), its place and since when.
+
+    For example "Celery task shop.bill [8f3c…] on worker-1, pid 41: next, fair, waiting 4.2s".
+    """
+    place = "next" if info.next else f"#{info.position + 1} in line"
+    order = {True: ", fair", False: "", None: ""}[info.fair]
+    return f"{_who(info)}: {place}{order}, waiting {duration(info.waited_for)}"
+
+
+def _who(info: LockInfo | WaiterInfo) -> str:
     meta, run = info.metadata, task_id(info)
     if _is_task(info):
         text = f"Celery task {_task_name(info) or '(unnamed)'}"
@@ -136,7 +148,7 @@ def _who(info: LockInfo) -> str:
     return ", ".join(where) or "unknown"
 
 
-def metadata_json(info: LockInfo, *, indent: int | None = None) -> str:
+def metadata_json(info: LockInfo | WaiterInfo, *, indent: int | None = None) -> str:
     """Return the metadata in full as JSON, keys sorted: one line, or indented by ``indent``."""
     return json.dumps(
         info.metadata, ensure_ascii=False, sort_keys=True, indent=indent, default=str

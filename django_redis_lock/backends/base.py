@@ -7,10 +7,9 @@ server: acquire, release, extend and force-release either happen whole or not at
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -18,6 +17,7 @@ from ..exceptions import InvalidLockArgumentError, LockError
 from ..owner import MIN_HOLD_PREFIX
 from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
+from ._info import LockInfo, WaiterInfo
 from ._options import OptionRules, Problem
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "Grant",
     "LockInfo",
     "Problem",
+    "WaiterInfo",
     "glob_escape",
     "glob_to_regex",
     "holder_metadata",
@@ -76,74 +77,6 @@ class Grant(NamedTuple):
 
     fencing_token: int
     lease: float
-
-
-@dataclass(frozen=True)
-class LockInfo:
-    """One holder of one lock, as listed by :meth:`BaseLockBackend.iter_locks`.
-
-    A lock with ``limit`` > 1 (a semaphore) yields one ``LockInfo`` per holder. Durations
-    are measured on the backend's clock, so clock skew between machines does not matter.
-    ``host``, ``pid`` and ``thread`` say where the holder runs; ``metadata`` is the dict the
-    holder passed to :func:`~django_redis_lock.lock`.
-
-    A hold kept after its release until its ``min_hold`` window ends is held by nobody: its
-    ``owner`` is :data:`MIN_HOLD_PREFIX` and the token of the owner that released it, which
-    ``min_hold_of`` gives, and its ``ttl`` is what is left of the window.
-    """
-
-    name: str
-    owner: str
-    holds: int
-    ttl: float
-    fencing_token: int
-    acquired_at: dt.datetime
-    held_for: float
-    host: str | None = None
-    pid: int | None = None
-    thread: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    min_hold_of: str | None = None
-
-    @classmethod
-    def from_record(
-        cls,
-        *,
-        name: str,
-        owner: str,
-        holds: int,
-        ttl: float,
-        fencing_token: int,
-        acquired_at: float,
-        now: float,
-        metadata: str | bytes,
-    ) -> LockInfo:
-        """Build a LockInfo from stored values (times in seconds since the epoch)."""
-        holder = parse_holder_metadata(metadata)
-        data = holder.get("data")
-        return cls(
-            name=name,
-            owner=owner,
-            holds=holds,
-            ttl=ttl,
-            fencing_token=fencing_token,
-            acquired_at=dt.datetime.fromtimestamp(acquired_at, tz=dt.timezone.utc),
-            held_for=max(0.0, now - acquired_at),
-            host=_typed(holder.get("host"), str),
-            pid=_typed(holder.get("pid"), int),
-            thread=_typed(holder.get("thread"), str),
-            metadata=data if isinstance(data, dict) else {},
-            min_hold_of=owner.removeprefix(MIN_HOLD_PREFIX)
-            if owner.startswith(MIN_HOLD_PREFIX)
-            else None,
-        )
-
-
-T = TypeVar("T")
-
-
-def _typed(value: object, kind: type[T]) -> T | None:
-    return value if isinstance(value, kind) else None
 
 
 class BaseLockBackend(OptionRules):
@@ -285,6 +218,14 @@ class BaseLockBackend(OptionRules):
         raise NotImplementedError(
             "subclasses of BaseLockBackend must provide an iter_locks() method"
         )
+
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        """Return the owners waiting for ``name``, in queue order (the next one first).
+
+        Only live registrations are listed. A backend that keeps no queue of waiters (Redlock)
+        returns an empty list; :attr:`LockInfo.waiting` counts the same waiters.
+        """
+        return []
 
     def scan_page(
         self, pattern: str = "*", cursor: str | None = None, count: int = 50

@@ -26,7 +26,7 @@ from redis.retry import Retry
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 from ._redis.options import redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
-from .base import LockInfo, Problem
+from .base import LockInfo, Problem, WaiterInfo
 from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
@@ -202,6 +202,13 @@ class RedisClusterBackend(RedisBackend):
             infos = list(self._read_batch(keys)) if keys else []
         after = None if index >= len(primaries) else json.dumps([index, position])
         return after, infos
+
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        # On the primary of the lock's slot, on its own clock, as the scripts that queue.
+        cluster: Any = self.client
+        with self._errors(name):
+            node = cluster.get_node_from_key(self.key(name))
+            return self._waiters_on(node.redis_connection, name)
 
     def _read_batch(self, keys: list[bytes], client: Any = None) -> Iterator[LockInfo]:
         # Per primary, on that primary's own clock.

@@ -26,6 +26,7 @@ from .base import (
     BaseLockBackend,
     Grant,
     LockInfo,
+    WaiterInfo,
     glob_to_regex,
 )
 
@@ -54,6 +55,9 @@ class _Waiter:
     limit: int
     metadata: str | bytes
     attempt: str = ""
+    fair: bool = False
+    #: When the owner joined the queue (wall time); kept when it registers again.
+    since: float = 0.0
 
 
 @dataclass
@@ -144,7 +148,13 @@ class LocMemBackend(BaseLockBackend):
     ) -> AcquireResult:
         # What the owner leaves in the queue, and then on its hold: lease, limit, metadata.
         waiter = _Waiter(
-            now + request.wait, request.ttl, request.limit, request.metadata, request.attempt
+            now + request.wait,
+            request.ttl,
+            request.limit,
+            request.metadata,
+            request.attempt,
+            request.fair,
+            entry.queue[owner].since if owner in entry.queue else time.time(),
         )
         holder = entry.holders.get(owner)
         if holder is not None:
@@ -319,11 +329,32 @@ class LocMemBackend(BaseLockBackend):
                             acquired_at=h.acquired_at,
                             now=wall,
                             metadata=h.metadata,
+                            waiting=len(entry.queue),
                         )
                         for owner, h in entry.holders.items()
                     )
                 self._tidy(name, entry)
         yield from infos
+
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        with self._changed:
+            now, wall = time.monotonic(), time.time()
+            entry = self._entry(name, now)
+            found = [
+                WaiterInfo.from_record(
+                    name=name,
+                    owner=owner,
+                    position=position,
+                    fair=w.fair,
+                    since=w.since,
+                    ends=wall + (w.ends - now),
+                    now=wall,
+                    metadata=w.metadata,
+                )
+                for position, (owner, w) in enumerate(entry.queue.items())
+            ]
+            self._tidy(name, entry)
+        return found
 
 
 def _wake(future: asyncio.Future[None]) -> None:

@@ -16,9 +16,10 @@ from typing import Any
 from django.core.management.base import OutputWrapper
 
 from ..backends._redis.options import redact_url
-from ..backends.base import BaseLockBackend, LockInfo
+from ..backends.base import BaseLockBackend, LockInfo, WaiterInfo
 from ..listing import (
     describe_holder,
+    describe_waiter,
     duration,
     held_until,
     metadata_json,
@@ -44,19 +45,22 @@ __all__ = [
     "scan",
     "shown",
     "summary",
+    "waiter_details",
+    "waiter_record",
 ]
 
 #: The ``version`` of the JSON written by ``--json``; raised when a field changes meaning.
-JSON_VERSION = 2
+JSON_VERSION = 3
 #: Locks read per round trip while listing.
 PAGE_SIZE = 500
 #: The table's metadata column shows this many characters.
 METADATA_WIDTH = 40
 
 JSON_FORMAT = """\
-JSON (--json, version 2): one object, written while the listing streams, one lock per line:
-  {"version": 2, "locks": [LOCK, ...], "truncated": false, "errors": []}
-show adds "name" (the name asked for). "truncated" is true when --limit left out at least one
+JSON (--json, version 3): one object, written while the listing streams, one lock per line:
+  {"version": 3, "locks": [LOCK, ...], "truncated": false, "errors": []}
+show adds "name" (the name asked for) and "waiters": [WAITER, ...], the owners waiting for
+it, in queue order on each alias. "truncated" is true when --limit left out at least one
 more matching lock; "errors" lists {"alias": ..., "error": ...} for aliases that could not be
 read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per holder):
   alias          str         the LOCKS alias it is held on
@@ -75,8 +79,19 @@ read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per hol
   pid            int|null    its process id
   thread         str|null    its thread name
   metadata       object      the metadata the holder recorded, in full ({} when none)
-Seconds are floats with millisecond precision, measured on the backend's clock. Version 2
-added min_hold_of and held_until."""
+  waiting        int         how many owners wait for the lock (0 on Redlock, which keeps no
+                             queue)
+Each WAITER is one owner waiting for the lock:
+  alias, name, owner, task_id, host, pid, thread, metadata   as in LOCK, as it registered
+  position       int         its place in the queue, 0 first
+  next           bool        true for the owner a release hands the lock to first
+  fair           bool|null   whether it asked for fair (FIFO) order; null: not known
+  waiting_since  str         when it joined the queue, ISO 8601 in UTC
+  waited_for     float       seconds since
+  expires_in     float       seconds its registration has left (a waiter that dies drops
+                             out when it ends; a live one registers again before)
+Seconds are floats with millisecond precision, measured on the backend's clock. Version 3
+added waiting and show's waiters; version 2 added min_hold_of and held_until."""
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
@@ -123,10 +138,17 @@ class JsonWriter(Writer):
         self.first = False
 
     def end(
-        self, *, listed: int, limit: int | None, truncated: bool, errors: list[tuple[str, str]]
+        self,
+        *,
+        listed: int,
+        limit: int | None,
+        truncated: bool,
+        errors: list[tuple[str, str]],
+        waiters: list[tuple[str, WaiterInfo]] | None = None,
     ) -> None:
         failures = [{"alias": alias, "error": error} for alias, error in errors]
-        tail = json.dumps({"truncated": truncated, "errors": failures})
+        queued = {} if waiters is None else {"waiters": [waiter_record(*w) for w in waiters]}
+        tail = json.dumps(queued | {"truncated": truncated, "errors": failures})
         self.out.write(("" if self.first else "\n") + "], " + tail[1:])
 
 
@@ -148,13 +170,44 @@ def record(alias: str, info: LockInfo) -> dict[str, Any]:
         "pid": info.pid,
         "thread": info.thread,
         "metadata": info.metadata,
+        "waiting": info.waiting,
+    }
+
+
+def waiter_record(alias: str, info: WaiterInfo) -> dict[str, Any]:
+    """Return one waiter as a WAITER of :data:`JSON_FORMAT`."""
+    return {
+        "alias": alias,
+        "name": info.name,
+        "owner": info.owner,
+        "task_id": task_id(info),
+        "position": info.position,
+        "next": info.next,
+        "fair": info.fair,
+        "waiting_since": info.waiting_since.isoformat(),
+        "waited_for": round(info.waited_for, 3),
+        "expires_in": round(info.expires_in, 3),
+        "host": info.host,
+        "pid": info.pid,
+        "thread": info.thread,
+        "metadata": info.metadata,
     }
 
 
 class TableWriter(Writer):
     """A table whose columns are sized by its first page of rows, so it streams after that."""
 
-    HEADER = ("ALIAS", "NAME", "OWNER", "HOLDS", "TTL", "HELD FOR", "FENCING", "METADATA")
+    HEADER = (
+        "ALIAS",
+        "NAME",
+        "OWNER",
+        "HOLDS",
+        "TTL",
+        "HELD FOR",
+        "FENCING",
+        "WAITING",
+        "METADATA",
+    )
 
     def __init__(self, out: OutputWrapper) -> None:
         self.out = out
@@ -170,6 +223,7 @@ class TableWriter(Writer):
             duration(info.ttl),
             duration(info.held_for),
             str(info.fencing_token),
+            str(info.waiting),
             shorten(escaped(metadata_summary(info)), METADATA_WIDTH),
         )
         if self.widths is not None:
@@ -230,6 +284,14 @@ def details(info: LockInfo) -> str:
     if note is not None and info.min_hold_of is not None:
         fields[1:1] = [("held", note), ("released by", shown(info.min_hold_of))]
     return "\n".join(f"  {label + ':':<16}{value}" for label, value in fields)
+
+
+def waiter_details(info: WaiterInfo) -> str:
+    """Return one waiter on one line: its place, who it is, since when, and its owner token."""
+    return (
+        f"  {info.position + 1}. {escaped(describe_waiter(info))} "
+        f"(since {info.waiting_since:%Y-%m-%d %H:%M:%S} UTC, owner {shown(info.owner)})"
+    )
 
 
 def summary(info: LockInfo) -> str:

@@ -545,3 +545,17 @@ def test_processes__no_double_grant_while_a_master_restarts_empty(
         assert later > token, "fencing tokens must grow from holder to holder"
     assert len({entry[0] for entry in entries}) == processes
     store.close()
+
+
+def test_waiters__redlock_keeps_no_queue_and_lists_none(redlock: RedlockBackend) -> None:
+    """A waiter retries on the masters, registered nowhere: nobody is listed as waiting."""
+    with lock("nobody-queues", using="redlock"):
+        waiter = threading.Thread(
+            target=lambda: lock("nobody-queues", using="redlock").acquire(timeout=1.0)
+        )
+        waiter.start()
+        time.sleep(0.3)  # the waiter is retrying now; no event says so, as no queue exists
+
+        assert redlock.waiters("nobody-queues") == []
+        assert [info.waiting for info in redlock.lock_info("nobody-queues")] == [0]
+        waiter.join(5)

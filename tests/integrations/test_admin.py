@@ -621,3 +621,54 @@ def test_min_hold__a_releaser_can_free_the_window(releaser_user: User) -> None:
 
     assert response.status_code == 302
     assert holders("default", "reports:nightly") == []
+
+
+# Waiters -----------------------------------------------------------------------------------
+
+
+def queue(alias: str, name: str, *owners: str) -> None:
+    """Register ``owners`` as waiting for ``name`` on ``alias``, in this order."""
+    for number, owner in enumerate(owners):
+        meta = holder_metadata(host=f"worker-{number}", pid=100 + number, thread="MainThread")
+        request = AcquireRequest(ttl=60, metadata=meta, wait=30, fair=number == 0)
+        assert not locks[alias].acquire(name, owner, request).acquired
+
+
+@pytest.mark.parametrize("alias", ["default", "locmem"])
+def test_waiters__the_list_counts_them_per_lock(viewer: Client, alias: str) -> None:
+    hold(alias, "reports:nightly", "holder-a")
+    hold(alias, "reports:daily", "holder-b")
+    queue(alias, "reports:nightly", "w-1", "w-2", "w-3")
+
+    response = viewer.get(LIST_URL, {"alias": alias})
+
+    page = response.content.decode()
+    cells = re.findall(r'<td class="lock-waiting">([^<]*)</td>', page)
+    by_name = {row.info.name: row.waiting_text for row in response.context["rows"]}
+    assert by_name == {"reports:nightly": "3 waiting", "reports:daily": "none"}
+    assert sorted(cells) == ["3 waiting", "none"]
+    assert "<span>Waiting</span>" in page
+
+
+def test_waiters__the_confirmation_page_lists_them_in_queue_order(releaser: Client) -> None:
+    hold("default", "reports:nightly", "holder-a")
+    queue("default", "reports:nightly", "w-first", "w-second", "w-third")
+    url = release_url(releaser.get(LIST_URL), "reports:nightly")
+
+    page = releaser.get(url).content.decode()
+
+    assert "3 waiting, in queue order:" in page
+    items = re.findall(r"<li>(.*?)<br><code[^>]*>(.*?)</code></li>", page, re.S)
+    assert [owner for _, owner in items] == ["w-first", "w-second", "w-third"]
+    assert items[0][0].startswith("worker-0, pid 100, thread MainThread: next, fair, waiting ")
+    assert items[1][0].startswith("worker-1, pid 101, thread MainThread: #2 in line, waiting ")
+    assert items[2][0].startswith("worker-2, pid 102, thread MainThread: #3 in line, waiting ")
+
+
+def test_waiters__the_confirmation_page_says_none_without_waiters(releaser: Client) -> None:
+    hold("default", "reports:nightly", "holder-a")
+    url = release_url(releaser.get(LIST_URL), "reports:nightly")
+
+    page = releaser.get(url).content.decode()
+
+    assert re.search(r'<td class="lock-waiters">none</td>', page)

@@ -211,3 +211,37 @@ def test_locks_page__long_values_wrap_and_release_stays_in_a_1280px_window(
         # The long values are shown whole (wrapped), not cut.
         assert row.locator(".lock-name").inner_text() == name
         assert owner in row.locator(".lock-owner").inner_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_locks_page__shows_who_waits_in_the_list_and_on_the_confirmation_page(
+    static_files: None, live_server: LiveServer
+) -> None:
+    User.objects.create_superuser("admin", "admin@example.com", "browser-pw")
+    hold("default", NAME, OWNER, 600, host="reports-1")
+    hold("default", "reports:daily", "daily-holder", 600, host="reports-2")
+    for number in range(3):  # registered for long enough that Chromium has time to start
+        meta = holder_metadata(host=f"worker-{number}", pid=100 + number, thread="MainThread")
+        request = AcquireRequest(ttl=60, metadata=meta, wait=600, fair=True)
+        assert not locks["default"].acquire(NAME, f"waiter-{number}", request).acquired
+
+    with browser_page() as page:
+        log_in(page, live_server, "browser-pw")
+        row = page.locator(f'tr.lock-row[data-name="{NAME}"]')
+        row.wait_for()
+        assert row.locator("td.lock-waiting").inner_text() == "3 waiting"
+        other = page.locator('tr.lock-row[data-name="reports:daily"] td.lock-waiting')
+        assert other.inner_text() == "none"
+
+        row.locator("a.lock-release").click()
+        page.locator("input.lock-confirm").wait_for()
+        waiters = page.locator(".lock-waiters")
+        assert waiters.inner_text().startswith("3 waiting, in queue order:")
+        items = page.locator(".lock-waiter-list li")
+        assert items.count() == 3
+        assert items.nth(0).inner_text().startswith("worker-0, pid 100, thread MainThread: next")
+        assert "waiter-2" in items.nth(2).inner_text()
+        page.click("a.cancel-link")
+        row.wait_for()
+
+    assert [info.owner for info in locks["default"].lock_info(NAME)] == [OWNER]

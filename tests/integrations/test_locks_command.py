@@ -80,6 +80,7 @@ LOCK_FIELDS = {
     "pid": (int, type(None)),
     "thread": (str, type(None)),
     "metadata": dict,
+    "waiting": int,
 }
 
 
@@ -184,7 +185,7 @@ def test_list__table_has_a_row_per_holder_on_every_alias() -> None:
     assert result.code == 0, result.err
     lines = result.out.splitlines()
     assert lines[0].split() == [
-        "ALIAS", "NAME", "OWNER", "HOLDS", "TTL", "HELD", "FOR", "FENCING", "METADATA"
+        "ALIAS", "NAME", "OWNER", "HOLDS", "TTL", "HELD", "FOR", "FENCING", "WAITING", "METADATA"
     ]  # fmt: skip
     rows = {line.split()[1]: line for line in lines[1:-1]}
     assert rows["reports:daily"].startswith("default ")
@@ -388,7 +389,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     document = run("list", "--json", "--using", using).json()
 
     assert list(document) == ["version", "locks", "truncated", "errors"]
-    assert document["version"] == 2
+    assert document["version"] == 3
     assert document["truncated"] is False
     assert document["errors"] == []
     [item] = document["locks"]
@@ -412,6 +413,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     assert item["fencing_token"] == first.fencing_token
     assert (item["host"], item["pid"], item["thread"]) == ("worker-1", 77, "T")
     assert item["metadata"] == CELERY
+    assert item["waiting"] == 0
 
 
 def test_list__json_without_details_gives_nulls(using: str) -> None:
@@ -430,7 +432,7 @@ def test_list__json_writes_one_lock_per_line(using: str) -> None:
 
     lines = run("list", "--json", "--using", using).out.splitlines()
 
-    assert lines[0] == '{"version": 2, "locks": ['
+    assert lines[0] == '{"version": 3, "locks": ['
     assert [line.endswith(",") for line in lines[1:4]] == [True, True, False]
     rows = [json.loads(line.rstrip(",")) for line in lines[1:4]]
     assert sorted(row["name"] for row in rows) == ["job:0", "job:1", "job:2"]
@@ -442,7 +444,7 @@ def test_list__json_when_nothing_is_held() -> None:
     result = run("list", "--json")
 
     assert result.code == 0
-    assert result.json() == {"version": 2, "locks": [], "truncated": False, "errors": []}
+    assert result.json() == {"version": 3, "locks": [], "truncated": False, "errors": []}
 
 
 def test_list__json_keeps_non_ascii_and_newlines_exact(using: str) -> None:
@@ -632,7 +634,7 @@ def test_show__prints_every_field_and_the_full_metadata(using: str) -> None:
     lines = result.out.splitlines()
     kind = "RedisBackend at redis://" if using == "default" else "LocMemBackend"
     assert lines[0].startswith(f"Lock 'billing:42' on alias '{using}' ({kind}")
-    assert lines[0].endswith("): 1 holder")
+    assert lines[0].endswith("): 1 holder, 0 waiting")
     fields = dict(line.strip().split(":", 1) for line in lines[1:12])
     assert fields["owner"].strip() == owner
     assert fields["task id"].strip() == TASK_ID
@@ -700,7 +702,7 @@ def test_show__lists_every_holder_of_a_semaphore(using: str) -> None:
     text = run("show", "pool", "--using", using)
     document = run("show", "pool", "--json", "--using", using).json()
 
-    assert text.out.splitlines()[0].endswith(": 2 holders")
+    assert text.out.splitlines()[0].endswith(": 2 holders, 0 waiting")
     assert text.out.count("  owner:") == 2
     assert sorted(item["owner"] for item in document["locks"]) == ["owner-a", "owner-b"]
 
@@ -710,8 +712,8 @@ def test_show__json_has_the_name_and_the_list_schema(using: str) -> None:
 
     document = run("show", "job", "--json").json()
 
-    assert list(document) == ["version", "name", "locks", "truncated", "errors"]
-    assert (document["version"], document["name"]) == (2, "job")
+    assert list(document) == ["version", "name", "locks", "waiters", "truncated", "errors"]
+    assert (document["version"], document["name"], document["waiters"]) == (3, "job", [])
     [item] = document["locks"]
     assert set(item) == set(LOCK_FIELDS)
     assert (item["alias"], item["metadata"]) == (using, {"k": [1, 2]})

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 
-def setup_django(url: str, prefix: str) -> None:
-    """Configure Django in a spawned process, with LOCKS on the test's server and prefix."""
+def setup_django(url: str, prefix: str, cluster_nodes: Sequence[str] = ()) -> None:
+    """Configure Django in a spawned process, with LOCKS on the test's server and prefix.
+
+    Given ``cluster_nodes``, the 'cluster' alias is on that Redis Cluster.
+    """
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
     from django.test import override_settings
@@ -16,7 +20,26 @@ def setup_django(url: str, prefix: str) -> None:
     from .helpers import locks_setting
 
     django.setup()
-    override_settings(LOCKS=locks_setting(url, prefix)).enable()
+    override_settings(LOCKS=locks_setting(url, prefix, cluster_nodes=cluster_nodes)).enable()
+
+
+def wait_for_lock(
+    url: str,
+    prefix: str,
+    cluster_nodes: Sequence[str],
+    using: str,
+    name: str,
+    tag: str,
+    fair: bool,
+) -> None:
+    """Wait for ``name`` on alias ``using``, recording ``tag``; log the tag once served."""
+    setup_django(url, prefix, cluster_nodes)
+    import redis
+
+    from django_redis_lock import lock
+
+    with lock(name, using=using, fair=fair, timeout=60, metadata={"worker": tag}):
+        redis.Redis.from_url(url).rpush(f"{prefix}:served", tag)
 
 
 def count_under_lock(url: str, prefix: str, worker: int, rounds: int) -> None:

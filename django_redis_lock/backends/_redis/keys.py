@@ -2,7 +2,8 @@
 
 A lock's keys all carry the hash tag ``{=name}`` (see ``lua/_prelude.lua``). Listing finds
 the holders keys (hashes of holder records) with ``SCAN`` (never ``KEYS``) and reads each
-batch in one pipeline.
+batch in one pipeline, with each lock's waiter registrations, to count the live ones. One
+lock's waiters are its queue (a sorted set, by arrival) and their registrations (a hash).
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from ...exceptions import BackendUnavailableError
-from ..base import BaseLockBackend, LockInfo, glob_escape, page_cursor
+from ..base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape, page_cursor
 
 __all__ = ["RedisKeyspace"]
 
 _SUFFIX_HOLDERS = "h"
+_SUFFIX_WAITERS = b"w"
 
 
 class RedisKeyspace(BaseLockBackend):
@@ -110,18 +112,60 @@ class RedisKeyspace(BaseLockBackend):
         pipe.time()
         for key in keys:
             pipe.hgetall(key)
+            pipe.hvals(key[: -len(_SUFFIX_HOLDERS)] + _SUFFIX_WAITERS)
         replies = pipe.execute()
         seconds, micros = replies[0]
         now_ms = seconds * 1000 + micros // 1000
-        for key, records in zip(keys, replies[1:], strict=True):
+        for i, key in enumerate(keys):
+            records, registrations = replies[1 + 2 * i], replies[2 + 2 * i]
             name = self._name_from_key(key)
+            waiting = sum(1 for text in registrations if _ends(text) > now_ms)
             for owner, record in records.items():
-                info = _info(name, owner.decode(), record, now_ms)
+                info = _info(name, owner.decode(), record, now_ms, waiting)
                 if info is not None:
                     yield info
 
+    def waiters(self, name: str) -> list[WaiterInfo]:
+        with self._errors(name):
+            return self._waiters_on(self.client, name)
 
-def _info(name: str, owner: str, record: bytes, now_ms: int) -> LockInfo | None:
+    def _waiters_on(self, client: Any, name: str) -> list[WaiterInfo]:
+        """Return the live waiters of ``name``, read in one round trip on ``client``."""
+        pipe = client.pipeline(transaction=False)
+        pipe.time()
+        pipe.zrange(self.key(name, "q"), 0, -1, withscores=True)
+        pipe.hgetall(self.key(name, _SUFFIX_WAITERS.decode()))
+        (seconds, micros), queue, registrations = pipe.execute()
+        now_ms = seconds * 1000 + micros // 1000
+        found: list[WaiterInfo] = []
+        for owner, arrival in queue:
+            text = registrations.get(owner)
+            if text is None or _ends(text) <= now_ms:
+                continue  # gone, or dead: the next handoff drops it
+            ends, _lease, _limit, _attempt, rest = text.split(b" ", 4)
+            flag, _, metadata = rest.partition(b" ")
+            fair: bool | None = flag == b"f" if flag in (b"f", b"-") else None
+            found.append(
+                WaiterInfo.from_record(
+                    name=name,
+                    owner=owner.decode(),
+                    position=len(found),
+                    fair=fair,
+                    since=arrival / 1_000_000,
+                    ends=int(ends) / 1000,
+                    now=now_ms / 1000,
+                    metadata=metadata if fair is not None else rest,
+                )
+            )
+        return found
+
+
+def _ends(registration: bytes) -> int:
+    """Return when a waiter's registration ends (ms, on the server's clock)."""
+    return int(registration.split(b" ", 1)[0])
+
+
+def _info(name: str, owner: str, record: bytes, now_ms: int, waiting: int) -> LockInfo | None:
     """Return a holder's record (see ``lua/_prelude.lua``) as a LockInfo; None if it ended."""
     ends, holds, fence, acquired_at, _attempt, metadata = record.split(b" ", 5)
     if int(ends) <= now_ms:
@@ -135,4 +179,5 @@ def _info(name: str, owner: str, record: bytes, now_ms: int) -> LockInfo | None:
         acquired_at=int(acquired_at) / 1000,
         now=now_ms / 1000,
         metadata=metadata,
+        waiting=waiting,
     )

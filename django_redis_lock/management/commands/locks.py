@@ -21,7 +21,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...backends.base import BaseLockBackend, LockInfo, glob_escape
+from ...backends.base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape
 from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
 from ...listing import duration, task_id
@@ -39,6 +39,7 @@ from ..listing import (
     scan,
     shown,
     summary,
+    waiter_details,
 )
 
 audit_logger = logging.getLogger("django_redis_lock.audit")
@@ -85,10 +86,10 @@ class Command(BaseCommand):
             description=_paragraph(
                 "List every holder of every held lock, in SCAN order: alias, name, owner "
                 "(the Celery task, else host, pid and thread), holds, lease left, time held, "
-                "fencing token and a short metadata summary. Names with control characters, a "
-                "backslash or surrounding spaces are shown quoted, as Python literals; --json "
-                "gives every name exactly. `locks` alone, or followed by these options, runs "
-                "`locks list`."
+                "fencing token, owners waiting and a short metadata summary. Names with control "
+                "characters, a backslash or surrounding spaces are shown quoted, as Python "
+                "literals; --json gives every name exactly. `locks` alone, or followed by these "
+                "options, runs `locks list`."
             ),
             epilog=f"{JSON_FORMAT}\n\n{EXIT_STATUS}",
             formatter_class=raw,
@@ -129,8 +130,9 @@ class Command(BaseCommand):
             help="Show everything known about one lock.",
             description=_paragraph(
                 "Show every holder of the lock named exactly NAME (any characters; put -- "
-                "before a name that starts with -), with all its details and full metadata. "
-                "Exit status 1 if nobody holds it."
+                "before a name that starts with -), with all its details and full metadata, "
+                "then the owners waiting for it, in queue order. Exit status 1 if nobody "
+                "holds it."
             ),
             epilog=f"{JSON_FORMAT}\n\n{EXIT_STATUS}",
             formatter_class=raw,
@@ -217,35 +219,51 @@ class Command(BaseCommand):
     def show_lock(self, options: dict[str, Any]) -> None:
         """Write every holder of one lock in full; exit 1 when nobody holds it."""
         name: str = options["name"]
-        found: list[tuple[str, BaseLockBackend, list[LockInfo]]] = []
+        found: list[tuple[str, BaseLockBackend, list[LockInfo], list[WaiterInfo]]] = []
         errors: list[tuple[str, str]] = []
         for alias, backend in _backends(options.get("using")):
             try:
-                holders = backend.lock_info(name)
+                holders, waiters = backend.lock_info(name), backend.waiters(name)
             except BackendUnavailableError as exc:
                 errors.append((alias, one_line(exc)))
                 continue
             if holders:
-                found.append((alias, backend, holders))
+                found.append((alias, backend, holders, waiters))
         if options.get("json"):
             out = JsonWriter(self.stdout, name=name)
-            for alias, _, holders in found:
+            for alias, _, holders, _ in found:
                 for info in holders:
                     out.row(alias, info)
-            out.end(listed=0, truncated=False, errors=errors, limit=None)
+            queued = [(alias, waiter) for alias, _, _, waiters in found for waiter in waiters]
+            out.end(listed=0, truncated=False, errors=errors, limit=None, waiters=queued)
         else:
-            for alias, backend, holders in found:
-                self.stdout.write(
-                    f"Lock {name!r} on alias {alias!r} ({location(backend)}): "
-                    f"{plural(len(holders), 'holder')}"
-                )
-                for info in holders:
-                    self.stdout.write(details(info))
+            for alias, backend, holders, waiters in found:
+                self._write_lock(name, alias, backend, holders, waiters)
         if errors:
             raise CommandError("; ".join(f"alias {a!r}: {e}" for a, e in errors), returncode=2)
         if not found:
             where = _on(options.get("using"))
             raise CommandError(f"Lock {name!r} is not held{where}.", returncode=1)
+
+    def _write_lock(
+        self,
+        name: str,
+        alias: str,
+        backend: BaseLockBackend,
+        holders: list[LockInfo],
+        waiters: list[WaiterInfo],
+    ) -> None:
+        """Write one lock's holders in full, then its waiters, one line each, in queue order."""
+        self.stdout.write(
+            f"Lock {name!r} on alias {alias!r} ({location(backend)}): "
+            f"{plural(len(holders), 'holder')}, {len(waiters)} waiting"
+        )
+        for info in holders:
+            self.stdout.write(details(info))
+        if waiters:
+            self.stdout.write("Waiting, in queue order:")
+        for waiter in waiters:
+            self.stdout.write(waiter_details(waiter))
 
     # release ---------------------------------------------------------------------------------
 

@@ -143,6 +143,8 @@ local function handoff(fence_ttl, above)
     local ends, lease, limit, attempt, meta
     if text then
       ends, lease, limit, attempt, meta = string.match(text, '^(%d+) (%d+) (%d+) (%S*) (.*)$')
+      -- The fair flag, then the holder's metadata (JSON, never starting with 'f' or '-').
+      meta = meta and (string.match(meta, '^[f-] (.*)$') or meta)
     end
     if not ends or tonumber(ends) <= now() then
       leave_queue(head)

@@ -7,7 +7,8 @@
 --                                 key exists exactly as long as its lease
 --   <prefix>:{=name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO order
 --   <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit>
---                                 <attempt> <meta>"
+--                                 <attempt> <'f' fair, '-' not> <meta>"; its arrival is
+--                                 its score in the queue
 --   <prefix>:{=name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
 --                                 handed to a waiting owner (the owner's wake-up call, which
 --                                 it answers by claiming the hold within CLAIM_MS)

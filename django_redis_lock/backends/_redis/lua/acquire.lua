@@ -74,7 +74,8 @@ end
 local function register()
   redis.call('ZADD', K_queue, 'NX', now_us(), owner)
   redis.call('HSET', K_waiters, owner,
-    string.format('%.0f %d %d %s ', now() + wait_ms, lease, limit, attempt) .. meta)
+    string.format('%.0f %d %d %s %s ', now() + wait_ms, lease, limit, attempt,
+      fair and 'f' or '-') .. meta)
   for _, key in ipairs({K_queue, K_waiters}) do
     if redis.call('PTTL', key) < wait_ms then
       redis.call('PEXPIRE', key, wait_ms)
