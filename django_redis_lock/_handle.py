@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from ._arguments import LockArguments
+from ._observe import observed, observers
+from ._steps import Step, Steps, WaitThenClaim, Withdraw
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
@@ -45,34 +46,6 @@ UNDO_FOR = 60.0
 #: An acquire whose lease ends before its answer comes, this many times in a row, has a ttl
 #: shorter than the round trip to the server (once is a pause of this process): refused.
 LATE_ANSWERS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class WaitThenClaim:
-    """A step of the acquire loop: ``backend.wait_and_claim(name, owner, seconds, request)``."""
-
-    seconds: float
-    request: AcquireRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Withdraw:
-    """The last step of an interrupted acquire: ``backend.withdraw(name, owner, holds, attempt)``.
-
-    It undoes what the acquire may have done; the driver sees it to its end, even if
-    interrupted again.
-    """
-
-    holds: int
-    attempt: str
-
-
-#: One backend call of the acquire loop.
-Step = AcquireRequest | WaitThenClaim | Withdraw
-
-#: The acquire loop: it yields backend calls, is sent their replies (None for a Withdraw)
-#: or thrown their errors, and returns whether the lock was acquired.
-Steps = Generator[Step, "AcquireResult | None", bool]
 
 
 class LockHandle(LockArguments):
@@ -118,10 +91,11 @@ class LockHandle(LockArguments):
         # One id for every call of this acquire: a withdrawal undoes whatever any of them
         # registered or took (a grant to its registration included), and nothing later.
         attempt = new_attempt()
+        steps = self._attempts(backend, owner, blocking, timeout, attempt, renew=renew)
+        if observers:  # metrics are on
+            steps = observed(self.using, self.name, blocking, timeout, steps)
         try:
-            return (
-                yield from self._attempts(backend, owner, blocking, timeout, attempt, renew=renew)
-            )
+            return (yield from steps)
         except GeneratorExit:
             raise
         except BackendUnavailableError:
