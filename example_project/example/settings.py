@@ -22,6 +22,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_redis_lock",
+    # The locks' Prometheus metrics (the prometheus extra), served at /metrics.
+    "django_redis_lock.contrib.prometheus",
     "shop",
 ]
 

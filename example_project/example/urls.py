@@ -1,10 +1,12 @@
-"""URLs of the example project: the admin, whose Locks page lists held locks, and the shop's
-locked views (``shop/views.py``)."""
+"""URLs of the example project: the admin, whose Locks page lists held locks, the shop's
+locked views (``shop/views.py``), and the locks' Prometheus metrics at ``/metrics``."""
 
 from django.contrib import admin
 from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 from shop import views
+
+from django_redis_lock.contrib.prometheus.views import metrics
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -14,6 +16,8 @@ urlpatterns = [
         views.CatalogImportView.as_view(),
         name="catalog-import",
     ),
+    # Open here for the demo; in production, serve it where only Prometheus can reach it.
+    path("metrics", metrics, name="metrics"),
 ]
 # The admin's styles and the Locks page's script, served by Django itself in DEBUG only.
 urlpatterns += staticfiles_urlpatterns()

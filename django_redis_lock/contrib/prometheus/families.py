@@ -18,7 +18,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-__all__ = ["NO_FAMILY", "default_family", "family_of", "family_rule"]
+__all__ = ["NAMED_BY_CODE", "NO_FAMILY", "default_family", "family_of", "family_rule"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -29,17 +29,22 @@ NO_FAMILY = "-"
 FAILED = "error"
 
 
+#: The package's own name prefixes whose second part (a task's or a view's name) is bounded.
+NAMED_BY_CODE = ("celery", "view")
+
+
 def default_family(name: str) -> str:
     """Return the text of ``name`` before its first ``:`` (``-`` if it has none).
 
-    ``@single_instance`` names, ``celery:<task name>:<key>``, have the family
-    ``celery:<task name>``: the task, not every key it is called with.
+    The package's own names keep their second part, as it names code, not data:
+    ``@single_instance``'s ``celery:<task name>:<key>`` has the family ``celery:<task name>``,
+    and ``@lock_view``'s ``view:<view name>:<key>`` the family ``view:<view name>``.
     """
     head, colon, rest = name.partition(":")
     if not colon:
         return NO_FAMILY
-    if head == "celery":
-        return f"celery:{rest.partition(':')[0]}"
+    if head in NAMED_BY_CODE:
+        return f"{head}:{rest.partition(':')[0]}"
     return head
 
 
