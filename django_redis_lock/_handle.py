@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from ._arguments import LockArguments
-from ._observe import observed, observers
+from ._observe import UNWATCHED, Unwatched, Watch, observers
 from ._steps import Step, Steps, WaitThenClaim, Withdraw
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
@@ -91,11 +91,13 @@ class LockHandle(LockArguments):
         # One id for every call of this acquire: a withdrawal undoes whatever any of them
         # registered or took (a grant to its registration included), and nothing later.
         attempt = new_attempt()
-        steps = self._attempts(backend, owner, blocking, timeout, attempt, renew=renew)
-        if observers:  # metrics are on
-            steps = observed(self.using, self.name, blocking, timeout, steps)
+        watch = Watch(self.using, self.name, blocking, timeout) if observers else UNWATCHED
         try:
-            return (yield from steps)
+            return (
+                yield from self._attempts(
+                    backend, owner, blocking, timeout, attempt, renew=renew, watch=watch
+                )
+            )
         except GeneratorExit:
             raise
         except BackendUnavailableError:
@@ -113,6 +115,8 @@ class LockHandle(LockArguments):
             except LockError:  # the interruption, not this, is the news
                 self._withdraw_later(backend, owner, attempt)
             raise interrupted
+        finally:
+            watch.end()
 
     def _attempts(
         self,
@@ -123,6 +127,7 @@ class LockHandle(LockArguments):
         attempt: str,
         *,
         renew: bool,
+        watch: Unwatched = UNWATCHED,
     ) -> Steps:
         lease = self._lease_on(backend)
         hold = held.get((backend, self.name, owner))
@@ -166,6 +171,7 @@ class LockHandle(LockArguments):
                     started=started,
                     renew=renew,
                 )
+                watch.acquired = True
                 return True
             if result.acquired:
                 if hold is not None:
@@ -187,10 +193,12 @@ class LockHandle(LockArguments):
                         self.name,
                         time.monotonic() - started,
                     )
+                watch.acquired = False
                 return False
             # Woken by a handoff or not, the next attempt claims: a grant is short until
             # claimed, and the claim is refused if the grant has lapsed meanwhile.
             pause = min(window, result.retry_after or window, WAIT_SLICE)
+            watch.queued()
 
     def _lease_too_short(self, lease: float, round_trip: float) -> InvalidLockArgumentError:
         return InvalidLockArgumentError(

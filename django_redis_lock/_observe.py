@@ -2,8 +2,8 @@
 
 :data:`observers` is empty unless metrics are enabled (``django_redis_lock.contrib.prometheus``
 adds one), so with none the cost of a hook is one test of an empty list. An acquire is
-observed by wrapping its loop (:func:`observed`) only when an observer is present; releases,
-losses and renewal round trips call :func:`notify` behind the same test.
+watched (:class:`Watch`) only when an observer is present; releases, losses and renewal
+round trips call :func:`notify` behind the same test.
 
 Observers must be cheap and must not raise: they run on the lock's own path.
 """
@@ -13,10 +13,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._steps import Steps, WaitThenClaim
-from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from .backends.base import BaseLockBackend
 
-__all__ = ["LOSS_REASONS", "Observer", "loss_reason", "notify", "observed", "observers"]
+__all__ = [
+    "LOSS_REASONS",
+    "UNWATCHED",
+    "Observer",
+    "Unwatched",
+    "Watch",
+    "loss_reason",
+    "notify",
+    "observers",
+]
 
 #: Why a hold was lost, as a short code (a metric label): what each loss sentence starts with.
 LOSS_REASONS = (
@@ -69,49 +77,58 @@ def notify(event: str, *args: Any) -> None:
         getattr(observer, event)(*args)
 
 
-def observed(using: str, name: str, blocking: bool, timeout: float | None, steps: Steps) -> Steps:
-    """Run the acquire loop ``steps`` unchanged, telling the observers how it ended.
+class Unwatched:
+    """An acquire nobody observes: what the acquire loop tells it is dropped.
 
-    The owner is queued once a request that asked to wait (``wait`` > 0) was refused.
+    The acquire loop sets :attr:`acquired` as it returns and calls :meth:`queued` when a
+    refusal leaves the owner registered as a waiter, then :meth:`end`.
     """
-    started = time.monotonic()
-    queued = outcome = False
-    result: str = "error"
-    try:
-        step = next(steps)
-        while True:
-            request = step.request if isinstance(step, WaitThenClaim) else step
-            try:
-                reply = yield step
-            except GeneratorExit:
-                steps.close()
-                raise
-            except BaseException as error:
-                step = steps.throw(error)
-                continue
-            if (
-                not queued
-                and isinstance(reply, AcquireResult)
-                and not reply.acquired
-                and not reply.lost
-                and isinstance(request, AcquireRequest)
-                and request.wait > 0
-            ):
-                queued = True
-                notify("waiting", using, name, 1)
-            step = steps.send(reply)
-    except StopIteration as done:
-        outcome = bool(done.value)
-        result = "acquired" if outcome else "timeout" if blocking and timeout else "refused"
-        return outcome
-    finally:
-        if queued:
-            notify("waiting", using, name, -1)
-        notify(
-            "acquire_ended",
-            using,
-            name,
-            result,
-            time.monotonic() - started,
-            outcome and queued,
-        )
+
+    __slots__ = ("acquired",)
+
+    #: None while the loop runs, and if it raised.
+    acquired: bool | None
+
+    def queued(self) -> None:
+        """Note that the owner waits in the queue."""
+
+    def end(self) -> None:
+        """Note that the acquire ended."""
+
+
+#: The one unwatched acquire, shared: nothing reads what is set on it.
+UNWATCHED = Unwatched()
+
+
+class Watch(Unwatched):
+    """One acquire, watched for the observers: how it ended, and whether it was queued."""
+
+    __slots__ = ("blocking", "name", "started", "timeout", "using", "waited")
+
+    def __init__(self, using: str, name: str, blocking: bool, timeout: float | None) -> None:
+        self.using, self.name, self.blocking, self.timeout = using, name, blocking, timeout
+        self.started = time.monotonic()
+        self.acquired = None
+        self.waited = False
+
+    def queued(self) -> None:
+        """Note that the owner waits in the queue (once per acquire)."""
+        if not self.waited:
+            self.waited = True
+            notify("waiting", self.using, self.name, 1)
+
+    def end(self) -> None:
+        """Tell the observers how the acquire ended."""
+        if self.waited:
+            notify("waiting", self.using, self.name, -1)
+        if self.acquired:
+            outcome = "acquired"
+        elif self.acquired is None:
+            outcome = "error"
+        else:
+            outcome = "timeout" if self.blocking and self.timeout else "refused"
+        waited = time.monotonic() - self.started
+        for observer in observers:
+            observer.acquire_ended(
+                self.using, self.name, outcome, waited, bool(self.acquired and self.waited)
+            )

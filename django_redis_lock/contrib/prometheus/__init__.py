@@ -12,13 +12,20 @@ test of an empty list.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from ..._observe import Observer, observers
 from ...backends.base import BaseLockBackend
@@ -36,40 +43,22 @@ ROUND_TRIP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 
 
 class LockMetrics(Observer):
-    """The collectors, fed by the locks' hooks; one instance per registry."""
+    """The collectors, fed by the locks' hooks; one instance per registry.
+
+    What every acquire and release updates (acquisitions, wait and hold times, handoffs) is
+    counted in plain numbers under one lock, and turned into Prometheus samples at each
+    scrape: a ``prometheus_client`` counter or histogram update costs several times more,
+    on the path every lock takes. The rarer events use ``prometheus_client``'s own metrics.
+    """
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
-        lock_labels = ["alias", "family"]
-        self.acquisitions = Counter(
-            f"{PREFIX}acquisitions",
-            "Acquires that ended, by outcome: acquired, timeout, refused (non-blocking), error.",
-            [*lock_labels, "outcome"],
-            registry=registry,
-        )
-        self.wait_seconds = Histogram(
-            f"{PREFIX}wait_seconds",
-            "Seconds an acquire took until it acquired, round trips included.",
-            lock_labels,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.hold_seconds = Histogram(
-            f"{PREFIX}hold_seconds",
-            "Seconds from an owner's acquire to the release of its last hold.",
-            lock_labels,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.handoffs = Counter(
-            f"{PREFIX}handoffs",
-            "Locks that came to an owner of this process while it was queued as a waiter.",
-            lock_labels,
-            registry=registry,
-        )
+        self._lock = threading.Lock()
+        self._series: dict[tuple[str, str], _Series] = {}
+        registry.register(_SeriesCollector(self))
         self.lost_leases = Counter(
             f"{PREFIX}lost_leases",
             "Holds lost before their release, by reason.",
-            [*lock_labels, "reason"],
+            ["alias", "family", "reason"],
             registry=registry,
         )
         self.renewals = Counter(
@@ -94,46 +83,129 @@ class LockMetrics(Observer):
         self.waiters = Gauge(
             f"{PREFIX}waiters",
             "Owners of this process queued for a lock now.",
-            lock_labels,
+            ["alias", "family"],
             registry=registry,
         )
         registry.register(_HoldsCollector())
-        # The labelled children, looked up once per label values: labels() takes a lock.
-        self._children: dict[tuple[Any, ...], Any] = {}
-        self._children_lock = threading.Lock()
 
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            with self._children_lock:
-                child = self._children[key] = metric.labels(*labels)
-        return child
+    def _of(self, using: str, name: str) -> _Series:
+        key = (using, family_of(name))
+        series = self._series.get(key)
+        if series is None:
+            with self._lock:
+                series = self._series.setdefault(key, _Series())
+        return series
 
     def acquire_ended(
         self, using: str, name: str, outcome: str, waited: float, handoff: bool
     ) -> None:
-        family = family_of(name)
-        self._child(self.acquisitions, using, family, outcome).inc()
-        if outcome == "acquired":
-            self._child(self.wait_seconds, using, family).observe(waited)
-        if handoff:
-            self._child(self.handoffs, using, family).inc()
-
-    def waiting(self, using: str, name: str, change: int) -> None:
-        self._child(self.waiters, using, family_of(name)).inc(change)
+        series = self._of(using, name)
+        with self._lock:
+            series.outcomes[outcome] = series.outcomes.get(outcome, 0) + 1
+            if outcome == "acquired":
+                series.wait.observe(waited)
+            if handoff:
+                series.handoffs += 1
 
     def released(self, using: str, name: str, held_for: float) -> None:
-        self._child(self.hold_seconds, using, family_of(name)).observe(held_for)
+        series = self._of(using, name)
+        with self._lock:
+            series.hold.observe(held_for)
+
+    def waiting(self, using: str, name: str, change: int) -> None:
+        self.waiters.labels(using, family_of(name)).inc(change)
 
     def lost(self, using: str, name: str, held_for: float, reason: str) -> None:
-        self._child(self.lost_leases, using, family_of(name), reason).inc()
+        self.lost_leases.labels(using, family_of(name), reason).inc()
 
     def renewed(self, backend: BaseLockBackend, leases: int, seconds: float, ok: bool) -> None:
         alias = alias_of(backend)
-        self._child(self.renewals, alias, "ok" if ok else "error").inc()
-        self._child(self.renewed_leases, alias).inc(leases)
-        self._child(self.renewal_seconds, alias).observe(seconds)
+        self.renewals.labels(alias, "ok" if ok else "error").inc()
+        self.renewed_leases.labels(alias).inc(leases)
+        self.renewal_seconds.labels(alias).observe(seconds)
+
+    def snapshot(self) -> list[tuple[tuple[str, str], _Series]]:
+        """Return a copy of every (alias, family)'s numbers, taken at once."""
+        with self._lock:
+            return [(key, series.copy()) for key, series in sorted(self._series.items())]
+
+
+class _Buckets:
+    """A histogram's counts by bucket (not cumulative; the last is +Inf) and its sum."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(DURATION_BUCKETS) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(DURATION_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def copy(self) -> _Buckets:
+        copied = _Buckets()
+        copied.counts, copied.sum = list(self.counts), self.sum
+        return copied
+
+    def samples(self) -> list[tuple[str, float]]:
+        bounds = [*map(floatToGoString, DURATION_BUCKETS), "+Inf"]
+        return list(zip(bounds, itertools.accumulate(self.counts), strict=True))
+
+
+class _Series:
+    """What the acquires and releases of one (alias, family) did."""
+
+    __slots__ = ("handoffs", "hold", "outcomes", "wait")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        self.handoffs = 0
+        self.wait = _Buckets()
+        self.hold = _Buckets()
+
+    def copy(self) -> _Series:
+        copied = _Series()
+        copied.outcomes, copied.handoffs = dict(self.outcomes), self.handoffs
+        copied.wait, copied.hold = self.wait.copy(), self.hold.copy()
+        return copied
+
+
+class _SeriesCollector(Collector):
+    """Acquisitions, wait and hold times and handoffs, as counted by :class:`LockMetrics`."""
+
+    def __init__(self, metrics: LockMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["alias", "family"]
+        acquisitions = CounterMetricFamily(
+            f"{PREFIX}acquisitions",
+            "Acquires that ended, by outcome: acquired, timeout, refused (non-blocking), error.",
+            labels=[*labels, "outcome"],
+        )
+        wait = HistogramMetricFamily(
+            f"{PREFIX}wait_seconds",
+            "Seconds an acquire took until it acquired, round trips included.",
+            labels=labels,
+        )
+        hold = HistogramMetricFamily(
+            f"{PREFIX}hold_seconds",
+            "Seconds from an owner's acquire to the release of its last hold.",
+            labels=labels,
+        )
+        handoffs = CounterMetricFamily(
+            f"{PREFIX}handoffs",
+            "Locks that came to an owner of this process while it was queued as a waiter.",
+            labels=labels,
+        )
+        for key, series in self.metrics.snapshot():
+            for outcome, count in sorted(series.outcomes.items()):
+                acquisitions.add_metric([*key, outcome], count)
+            wait.add_metric(list(key), series.wait.samples(), series.wait.sum)
+            hold.add_metric(list(key), series.hold.samples(), series.hold.sum)
+            handoffs.add_metric(list(key), series.handoffs)
+        yield from (acquisitions, wait, hold, handoffs)
 
 
 class _HoldsCollector(Collector):
