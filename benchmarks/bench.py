@@ -31,7 +31,9 @@ names:
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
 (``plot.py``). ``--listing N`` runs instead the listing benchmark alone, over ``N`` locks,
-with more figures. The default run takes about 6 minutes; ``--quick`` under two. Worker
+with more figures. ``--metrics`` runs instead the uncontended cycles with the Prometheus
+metrics off and on, taking turns, and prints the overhead (``metrics_overhead.py``; target
+under 3 %). The default run takes about 6 minutes; ``--quick`` under two. Worker
 processes and the server are stopped on any error, Ctrl-C or SIGTERM.
 """
 
@@ -49,6 +51,7 @@ import contention
 import footprint
 import handoff
 import listing
+import metrics_overhead
 import redis
 import renewal_cost
 import report
@@ -59,6 +62,9 @@ from workers import Pool
 
 #: How many processes contend for one lock, in turn.
 PROCESSES = (1, 4, 16, 64)
+#: The most the Prometheus metrics may add to an uncontended cycle.
+METRICS_TARGET = 0.03
+
 #: How many locks one process holds with auto_renew, in turn.
 RENEW_COUNTS = (1, 100, 10_000)
 
@@ -167,6 +173,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="N",
         help="instead of the rest, time `manage.py locks list` over N held locks (100000)",
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="instead of the rest, the uncontended cycles with Prometheus metrics off and on",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--plot", metavar="DIR", help="also write the curves as SVG to DIR")
     args = parser.parse_args(argv)
@@ -199,7 +210,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             configure_django(server.url)
             client = redis.Redis.from_url(server.url)
             try:
-                if args.listing is None:
+                if args.metrics:
+                    with uncontended.environment(server.url, client) as env:
+                        data = {
+                            "machine": report.describe_machine(client),
+                            "metrics": metrics_overhead.measure(
+                                env,
+                                seconds=args.seconds,
+                                rounds=args.rounds,
+                                warmup=args.warmup,
+                                slice_seconds=args.slice,
+                            ),
+                        }
+                elif args.listing is None:
                     data = measure(args, server.url, client)
                 else:
                     data = {"machine": report.describe_machine(client)}
@@ -215,13 +238,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted; the worker processes and the server are stopped.", file=sys.stderr)
         return 130
-    if args.plot and args.listing is None:
+    if args.plot and args.listing is None and not args.metrics:
         import plot
 
         for path in plot.write_all(data, args.plot):
             print(f"wrote {path}", file=sys.stderr)
     if args.json:
         print(json.dumps(data, indent=2))
+    elif args.metrics:
+        print(metrics_overhead.format_report(data["metrics"], METRICS_TARGET))
     elif args.listing is not None:
         print(listing.format_report(data["listing"]))
     else:

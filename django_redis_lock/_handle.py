@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from ._arguments import LockArguments
+from ._observe import UNWATCHED, Unwatched, Watch, observers
+from ._steps import Step, Steps, WaitThenClaim, Withdraw
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
@@ -45,34 +46,6 @@ UNDO_FOR = 60.0
 #: An acquire whose lease ends before its answer comes, this many times in a row, has a ttl
 #: shorter than the round trip to the server (once is a pause of this process): refused.
 LATE_ANSWERS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class WaitThenClaim:
-    """A step of the acquire loop: ``backend.wait_and_claim(name, owner, seconds, request)``."""
-
-    seconds: float
-    request: AcquireRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Withdraw:
-    """The last step of an interrupted acquire: ``backend.withdraw(name, owner, holds, attempt)``.
-
-    It undoes what the acquire may have done; the driver sees it to its end, even if
-    interrupted again.
-    """
-
-    holds: int
-    attempt: str
-
-
-#: One backend call of the acquire loop.
-Step = AcquireRequest | WaitThenClaim | Withdraw
-
-#: The acquire loop: it yields backend calls, is sent their replies (None for a Withdraw)
-#: or thrown their errors, and returns whether the lock was acquired.
-Steps = Generator[Step, "AcquireResult | None", bool]
 
 
 class LockHandle(LockArguments):
@@ -118,9 +91,12 @@ class LockHandle(LockArguments):
         # One id for every call of this acquire: a withdrawal undoes whatever any of them
         # registered or took (a grant to its registration included), and nothing later.
         attempt = new_attempt()
+        watch = Watch(self.using, self.name, blocking, timeout) if observers else UNWATCHED
         try:
             return (
-                yield from self._attempts(backend, owner, blocking, timeout, attempt, renew=renew)
+                yield from self._attempts(
+                    backend, owner, blocking, timeout, attempt, renew=renew, watch=watch
+                )
             )
         except GeneratorExit:
             raise
@@ -139,6 +115,8 @@ class LockHandle(LockArguments):
             except LockError:  # the interruption, not this, is the news
                 self._withdraw_later(backend, owner, attempt)
             raise interrupted
+        finally:
+            watch.end()
 
     def _attempts(
         self,
@@ -149,6 +127,7 @@ class LockHandle(LockArguments):
         attempt: str,
         *,
         renew: bool,
+        watch: Unwatched = UNWATCHED,
     ) -> Steps:
         lease = self._lease_on(backend)
         hold = held.get((backend, self.name, owner))
@@ -192,6 +171,7 @@ class LockHandle(LockArguments):
                     started=started,
                     renew=renew,
                 )
+                watch.acquired = True
                 return True
             if result.acquired:
                 if hold is not None:
@@ -213,10 +193,12 @@ class LockHandle(LockArguments):
                         self.name,
                         time.monotonic() - started,
                     )
+                watch.acquired = False
                 return False
             # Woken by a handoff or not, the next attempt claims: a grant is short until
             # claimed, and the claim is refused if the grant has lapsed meanwhile.
             pause = min(window, result.retry_after or window, WAIT_SLICE)
+            watch.queued()
 
     def _lease_too_short(self, lease: float, round_trip: float) -> InvalidLockArgumentError:
         return InvalidLockArgumentError(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.dispatch import Signal
 
+from ._observe import loss_reason, notify, observers
 from ._tasks import keep_until_done
 from .renewal import Lease
 from .signals import lock_acquired, lock_lost, lock_released
@@ -85,8 +86,11 @@ class Hold:
     def announce_released(self, holds_left: int) -> None:
         """Log, and signal once the lock is free, that the owner dropped one hold."""
         logger.debug("Released lock %r (%s holds left).", self.lock.name, holds_left)
-        if holds_left == 0 and lock_released.receivers:
-            self._send(lock_released, held_for=time.monotonic() - self.acquired_at)
+        if holds_left == 0 and (lock_released.receivers or observers):
+            held_for = time.monotonic() - self.acquired_at
+            notify("released", self.lock.using, self.lock.name, held_for)
+            if lock_released.receivers:
+                self._send(lock_released, held_for=held_for)
 
     def report_lost(self, reason: str) -> None:
         """Mark the hold lost and say so loudly, once: log, signal, ``on_lost`` callback."""
@@ -102,6 +106,8 @@ class Hold:
             held_for,
             reason,
         )
+        if observers:
+            notify("lost", lock.using, lock.name, held_for, loss_reason(reason))
         self._send(lock_lost, held_for=held_for, reason=reason)
         if self.on_lost is not None:
             self.on_lost()

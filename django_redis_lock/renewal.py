@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ._observe import notify, observers
 from .backends.base import BaseLockBackend
 from .exceptions import LockError
 
@@ -260,8 +261,12 @@ class Renewer:
         try:
             remaining = backend.renew([(x.name, x.owner, x.ttl) for x in renewed])
         except LockError as exc:
+            if observers and renewed:
+                notify("renewed", backend, len(renewed), time.monotonic() - sent, False)
             lost += self._failed(renewed, exc)
         else:
+            if observers and renewed:
+                notify("renewed", backend, len(renewed), time.monotonic() - sent, True)
             lost += self._renewed(renewed, remaining, sent)
         for lease, reason in lost:
             with self._cond:

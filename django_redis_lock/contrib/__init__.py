@@ -1,1 +1,1 @@
-"""Optional integrations, each behind an extra of its own."""
+"""Optional integrations, each behind an extra of its own; nothing here is imported by default."""

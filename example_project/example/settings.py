@@ -23,6 +23,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django_redis_lock",
     "health_check",
+    # The locks' Prometheus metrics (the prometheus extra), served at /metrics.
+    "django_redis_lock.contrib.prometheus",
     "shop",
 ]
 
