@@ -56,8 +56,6 @@ class LockInfo:
         waiting: int = 0,
     ) -> LockInfo:
         """Build a LockInfo from stored values (times in seconds since the epoch)."""
-        holder = parse_holder_metadata(metadata)
-        data = holder.get("data")
         return cls(
             name=name,
             owner=owner,
@@ -66,10 +64,7 @@ class LockInfo:
             fencing_token=fencing_token,
             acquired_at=dt.datetime.fromtimestamp(acquired_at, tz=dt.timezone.utc),
             held_for=max(0.0, now - acquired_at),
-            host=_typed(holder.get("host"), str),
-            pid=_typed(holder.get("pid"), int),
-            thread=_typed(holder.get("thread"), str),
-            metadata=data if isinstance(data, dict) else {},
+            **_holder_details(metadata),
             min_hold_of=owner.removeprefix(MIN_HOLD_PREFIX)
             if owner.startswith(MIN_HOLD_PREFIX)
             else None,
@@ -82,6 +77,18 @@ T = TypeVar("T")
 
 def _typed(value: object, kind: type[T]) -> T | None:
     return value if isinstance(value, kind) else None
+
+
+def _holder_details(metadata: str | bytes) -> dict[str, Any]:
+    """Return the host, pid, thread and user metadata recorded by a holder or a waiter."""
+    holder = parse_holder_metadata(metadata)
+    data = holder.get("data")
+    return {
+        "host": _typed(holder.get("host"), str),
+        "pid": _typed(holder.get("pid"), int),
+        "thread": _typed(holder.get("thread"), str),
+        "metadata": data if isinstance(data, dict) else {},
+    }
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,6 @@ class WaiterInfo:
         metadata: str | bytes,
     ) -> WaiterInfo:
         """Build a WaiterInfo from stored values (times in seconds since the epoch)."""
-        holder = parse_holder_metadata(metadata)
-        data = holder.get("data")
         return cls(
             name=name,
             owner=owner,
@@ -138,8 +143,5 @@ class WaiterInfo:
             waiting_since=dt.datetime.fromtimestamp(since, tz=dt.timezone.utc),
             waited_for=max(0.0, now - since),
             expires_in=max(0.0, ends - now),
-            host=_typed(holder.get("host"), str),
-            pid=_typed(holder.get("pid"), int),
-            thread=_typed(holder.get("thread"), str),
-            metadata=data if isinstance(data, dict) else {},
+            **_holder_details(metadata),
         )
