@@ -29,7 +29,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_received, task_revoked
 
 from ..handler import locks
-from .keys import claim_name, claim_owner, config_of
+from .keys import SingleInstance, claim_name, claim_owner, config_of
 
 __all__ = [
     "CHILD_EXIT_WAIT",
@@ -116,13 +116,13 @@ def release_claim(
     message's. The claim is kept for a ``min_hold`` window measured from when it was sent
     (default: the task's ``min_hold``). Return whether a claim was freed (or kept).
     """
-    config = config_of(task)
-    if config is None or config.enqueue == "allow" or not task_id:
+    claim = _claim_of(task, task_id, args, kwargs)
+    if claim is None:
         return False
-    name = claim_name(config.message_lock_name(task, args, kwargs))
+    config, name, owner = claim
     window = config.min_hold if min_hold is None else min_hold
     kept = {"min_hold": window} if window else {}
-    return locks[config.using].release(name, claim_owner(task_id), 1, **kept) is not None
+    return locks[config.using].release(name, owner, 1, **kept) is not None
 
 
 def keep_claim(
@@ -133,12 +133,21 @@ def keep_claim(
     Its lease becomes the task's ``enqueue_ttl``, as when the message was sent. Return
     whether the task id held the claim.
     """
+    claim = _claim_of(task, task_id, args, kwargs)
+    if claim is None:
+        return False
+    config, name, owner = claim
+    return locks[config.using].extend(name, owner, config.enqueue_ttl, replace=True) is not None
+
+
+def _claim_of(
+    task: Task, task_id: str | None, args: Sequence[Any], kwargs: dict[str, Any]
+) -> tuple[SingleInstance, str, str] | None:
+    # The settings, claim name and owner of a message of an enqueue= task; None for others.
     config = config_of(task)
     if config is None or config.enqueue == "allow" or not task_id:
-        return False
-    name = claim_name(config.message_lock_name(task, args, kwargs))
-    backend = locks[config.using]
-    return backend.extend(name, claim_owner(task_id), config.enqueue_ttl, replace=True) is not None
+        return None
+    return config, claim_name(config.message_lock_name(task, args, kwargs)), claim_owner(task_id)
 
 
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
