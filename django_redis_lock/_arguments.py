@@ -32,9 +32,10 @@ from .handler import locks
 if TYPE_CHECKING:
     from .holds import Hold
 
-__all__ = ["LockArguments"]
+__all__ = ["HOST", "LockArguments"]
 
-_HOST = socket.gethostname()
+#: This machine's name, as holders record it.
+HOST = socket.gethostname()
 
 #: The most holder details kept serialised per cache (thread and task names come and go).
 _HOLDER_CACHE = 256
@@ -167,6 +168,6 @@ class LockArguments:
             if len(cache) >= _HOLDER_CACHE:
                 cache.clear()
             cached = cache[key] = holder_metadata(
-                host=_HOST, pid=key[1], thread=key[0], data=self.metadata
+                host=HOST, pid=key[1], thread=key[0], data=self.metadata
             )
         return cached

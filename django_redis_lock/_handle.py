@@ -313,6 +313,15 @@ class LockHandle(LockArguments):
 
     # Releasing, checking, leaving a block --------------------------------------------------------
 
+    def _forget(self, owner: str) -> None:
+        """Stop renewing ``owner``'s hold and forget it here, leaving it held on the server.
+
+        For a hold that something else takes on (a Celery claim going on with a retry).
+        """
+        hold = held.pop((self.backend, self.name, owner), None)
+        if hold is not None and hold.lease is not None:
+            renewer.remove(hold.lease)
+
     def _before_release(self, backend: BaseLockBackend, owner: str) -> Hold | None:
         hold = held.get((backend, self.name, owner))
         if hold is not None and hold.count == 1 and hold.lease is not None:

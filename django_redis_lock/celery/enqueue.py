@@ -26,7 +26,6 @@ import datetime as dt
 import functools
 import logging
 import os
-import socket
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,14 +37,13 @@ from celery.signals import task_postrun
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
+from .._arguments import HOST
 from ..backends.base import AcquireRequest, holder_metadata
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
-from ..holds import held
 from ..listing import describe_holder
 from ..listing import task_id as task_id_of
 from ..lock import Lock
-from ..renewal import renewer
 from .keys import SingleInstance, call_args, claim_name, claim_owner, config_of, task_record
 from .worker import keep_claim, release_claim, resending, run_id_of
 
@@ -174,7 +172,7 @@ def _claim_metadata(
         worker_pid=None,
     )
     return holder_metadata(
-        host=socket.gethostname(),
+        host=HOST,
         pid=os.getpid(),
         thread=threading.current_thread().name,
         data=record,
@@ -237,12 +235,8 @@ def _age(claim: Lock) -> float:
 
 def _forget(taken: tuple[Lock, float] | None) -> None:
     # Stop renewing a claim and forget it here, leaving it held on the server.
-    claim = None if taken is None else taken[0]
-    if claim is None or claim.owner is None:
-        return
-    hold = held.pop((claim.backend, claim.name, claim.owner), None)
-    if hold is not None and hold.lease is not None:
-        renewer.remove(hold.lease)
+    if taken is not None and taken[0].owner is not None:
+        taken[0]._forget(taken[0].owner)
 
 
 def _after_run(
