@@ -42,7 +42,8 @@ __all__ = [
 class TaskRecord:
     """What a ``@single_instance`` run records in its lock's metadata, keyed by these fields.
 
-    ``args`` is the task's arguments as ``name=value`` pairs; ``started_at`` is ISO 8601 (UTC).
+    ``args`` is the task's arguments as ``name=value`` pairs; ``started_at`` is ISO 8601 (UTC);
+    ``runner`` is the task queue: ``"celery"`` or ``"django.tasks"``.
     """
 
     task_id: str | None
@@ -51,6 +52,7 @@ class TaskRecord:
     worker_pid: int | None
     args: str
     started_at: str
+    runner: str = "celery"
 
     def as_metadata(self) -> dict[str, Any]:
         """Return the record as the metadata of the run's lock."""
@@ -58,7 +60,10 @@ class TaskRecord:
 
 
 #: The keys :func:`describe_holder` shows of a task holder, left out of its summary.
-_DESCRIBED_KEYS = frozenset({"task_id", "task_name", "hostname", "worker_pid"})
+_DESCRIBED_KEYS = frozenset({"task_id", "task_name", "hostname", "worker_pid", "runner"})
+
+#: How a holder's task queue is named, by the ``runner`` its record gives.
+_RUNNERS = {"celery": "Celery task", "django.tasks": "Django task"}
 
 
 def duration(seconds: float) -> str:
@@ -79,7 +84,7 @@ def duration(seconds: float) -> str:
 
 
 def task_id(info: LockInfo | WaiterInfo) -> str | None:
-    """Return the Celery task id a ``@single_instance`` holder recorded, if any."""
+    """Return the task id (Celery's, or a ``django.tasks`` result id) a holder recorded, if any."""
     value = info.metadata.get("task_id")
     return value if isinstance(value, str) and value else None
 
@@ -102,7 +107,7 @@ def held_until(info: LockInfo) -> dt.datetime:
 
 
 def describe_holder(info: LockInfo) -> str:
-    """Return who holds ``info``: the Celery task when one does, else host, pid and thread.
+    """Return who holds ``info``: the task when one does, else host, pid and thread.
 
     A hold kept after its release for its ``min_hold`` window reads "held until <time> by
     min_hold", then who released it.
@@ -134,7 +139,8 @@ def describe_waiter(info: WaiterInfo) -> str:
 def _who(info: LockInfo | WaiterInfo) -> str:
     meta, run = info.metadata, task_id(info)
     if _is_task(info):
-        text = f"Celery task {_task_name(info) or '(unnamed)'}"
+        runner = _RUNNERS.get(str(meta.get("runner", "celery")), "task")
+        text = f"{runner} {_task_name(info) or '(unnamed)'}"
         text += "" if run is None else f" [{run}]"
         where = [str(meta["hostname"])] if meta.get("hostname") else []
         if meta.get("worker_pid") is not None:

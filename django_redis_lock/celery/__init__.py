@@ -24,7 +24,6 @@ Only this module, and the private modules it uses, import Celery
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -33,16 +32,15 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from celery import Task
 from celery._state import get_current_task
 from celery.signals import before_task_publish
-from django.core.exceptions import ImproperlyConfigured
 
-from .._validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
+from .._single_instance import configure, refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
-from ..listing import describe_holder, retry_after
 from ..lock import Lock
 from .enqueue import take_over_claim
 from .keys import (
     MAX_READABLE_NAME,
+    QUEUE,
     Enqueue,
     KeySpec,
     Policy,
@@ -119,57 +117,24 @@ def single_instance(
     seconds after the run took it, however soon the body ends: a duplicate within that window
     meets ``on_conflict`` (or ``enqueue``), as if the run were still running.
     """
-    if on_conflict not in ("skip", "raise", "retry", "wait"):
-        raise ImproperlyConfigured(
-            f"single_instance on_conflict must be 'skip', 'raise', 'retry' or 'wait', got "
-            f"{on_conflict!r}."
-        )
-    if then not in ("skip", "raise"):
-        raise ImproperlyConfigured(
-            f"single_instance then must be 'skip' or 'raise', got {then!r}."
-        )
-    if on_conflict != "wait" and timeout is not None:
-        raise ImproperlyConfigured(
-            f"single_instance timeout only applies to on_conflict='wait' (got {on_conflict!r})."
-        )
-    if enqueue not in ("allow", "skip", "raise"):
-        raise ImproperlyConfigured(
-            f"single_instance enqueue must be 'allow', 'skip' or 'raise', got {enqueue!r}."
-        )
-    if not (key is None or isinstance(key, (str, list, tuple)) or callable(key)):
-        raise ImproperlyConfigured(
-            f"single_instance key must be None, a template, a list of argument names or a "
-            f"callable, got {key!r}."
-        )
+    settings = configure(
+        queue=QUEUE,
+        key=key,
+        on_conflict=on_conflict,
+        ttl=ttl,
+        timeout=timeout,
+        then=then,
+        limit=limit,
+        using=using,
+        countdown=countdown,
+        max_retries=max_retries,
+        enqueue=enqueue,
+        enqueue_ttl=enqueue_ttl,
+        min_hold=min_hold,
+    )
 
     def decorate(func: Callable[P, R]) -> Callable[P, R | None]:
-        config = SingleInstance(
-            key=key,
-            on_conflict=on_conflict,
-            then=then,
-            ttl=None if ttl is None else validate_ttl(ttl),
-            timeout=validate_timeout(timeout),
-            limit=validate_limit(limit),
-            using=using,
-            countdown=validate_timeout(countdown, argument="countdown"),
-            max_retries=max_retries,
-            signature=inspect.signature(func),
-            enqueue=enqueue,
-            enqueue_ttl=validate_ttl(enqueue_ttl, argument="enqueue_ttl"),
-            min_hold=validate_min_hold(min_hold),
-        )
-        if config.min_hold and config.limit != 1:
-            raise ImproperlyConfigured(
-                f"single_instance min_hold cannot be given with limit={limit}: it keeps the "
-                "lock of one run for a window, which a semaphore cannot."
-            )
-        if isinstance(key, (list, tuple)):
-            unknown = [name for name in key if name not in config.signature.parameters]
-            if unknown:
-                raise ImproperlyConfigured(
-                    f"single_instance key names {unknown!r} are not arguments of "
-                    f"{func.__qualname__}{config.signature}."
-                )
+        config = settings.of(func)
 
         @functools.wraps(func)
         def run(*args: P.args, **kwargs: P.kwargs) -> R | None:
@@ -203,14 +168,9 @@ def _run_single(
     )
     held = Lock(
         name,
-        ttl=config.ttl,
-        using=config.using,
-        limit=config.limit,
-        blocking=config.on_conflict == "wait",
-        timeout=config.timeout if config.on_conflict == "wait" else None,
         owner=None if run_id is None else run_owner(run_id),
         metadata=metadata,
-        min_hold=config.min_hold,
+        **config.lock_options(),
     )
     try:
         held._enter()
@@ -245,19 +205,13 @@ def _run_id(request: Any) -> str:
 
 
 def _conflict(config: SingleInstance, task: Task | None, held: Lock) -> Any:
-    holders = held.backend.lock_info(held.name)
-    holder = "; ".join(describe_holder(info) for info in holders) or "unknown"
-    policy = config.then if config.on_conflict == "wait" else config.on_conflict
-    message = f"Lock {held.name!r} is held by {holder}"
-    if policy == "retry" and task is not None:
-        raise task.retry(
-            countdown=retry_after(holders) if config.countdown is None else config.countdown,
-            max_retries=config.max_retries,
-            exc=LockNotAcquiredError(f"{message}.", lock_name=held.name),
-        )
-    if policy in {"raise", "retry"}:
-        raise LockNotAcquiredError(f"{message}.", lock_name=held.name)
-    logger.warning("Skipped a run of %s: %s.", held.name, message)
+    def retry(countdown: float, exc: LockNotAcquiredError) -> None:
+        assert task is not None
+        raise task.retry(countdown=countdown, max_retries=config.max_retries, exc=exc)
+
+    refuse_run(
+        config, held.name, held.backend.lock_info(held.name), None if task is None else retry
+    )
     return None
 
 

@@ -25,8 +25,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,14 +35,21 @@ from celery.signals import task_postrun
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
-from .._arguments import HOST
-from ..backends.base import AcquireRequest, holder_metadata
-from ..exceptions import DuplicateTaskError, LockError
+from .._single_instance import claim, claim_metadata
+from ..backends.base import AcquireRequest
+from ..exceptions import LockError
 from ..handler import locks
-from ..listing import describe_holder
 from ..listing import task_id as task_id_of
 from ..lock import Lock
-from .keys import SingleInstance, call_args, claim_name, claim_owner, config_of, task_record
+from .keys import (
+    SingleInstance,
+    call_args,
+    claim_name,
+    claim_owner,
+    config_of,
+    message_lock_name,
+    task_record,
+)
 from .worker import keep_claim, release_claim, resending, run_id_of
 
 __all__ = ["take_over_claim"]
@@ -54,11 +59,6 @@ logger = logging.getLogger("django_redis_lock")
 #: Claims taken over by the runs in this process, by run id, with the min_hold window that
 #: their release keeps (measured from the send, so it ends with the run's own window).
 _taken_over: dict[str, tuple[Lock, float]] = {}
-
-#: How often a send tries again when a claim it found held was freed before it could tell
-#: by whom.
-_ATTEMPTS = 3
-
 
 #: Set on a run's request when its claim went on to a message it sent under its own task id
 #: (its retry, or a replacement): the run's end then leaves the claim to that message.
@@ -80,30 +80,27 @@ def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]
             return publish(self, args, kwargs, task_id, *rest, **options)
         task_id = task_id or uuid()
         args, kwargs = tuple(args or ()), dict(kwargs or {})
-        name = claim_name(config.message_lock_name(self, args, kwargs))
+        name = claim_name(message_lock_name(config, self, args, kwargs))
         backend, owner = locks[config.using], claim_owner(task_id)
         again = _hand_on(name, task_id)
+        record = task_record(
+            self.name,
+            config,
+            call_args(self, args),
+            kwargs,
+            task_id=task_id,
+            hostname=None,  # no worker has it yet
+            worker_pid=None,
+        )
         request = AcquireRequest(
             ttl=config.enqueue_ttl + _delay(self, options),
-            metadata=_claim_metadata(self, config, task_id, args, kwargs),
+            metadata=claim_metadata(record),
             limit=config.limit,
             holds=0 if again else None,
         )
-        for _ in range(_ATTEMPTS):
-            taken = backend.acquire(name, owner, request)
-            if again or (taken.acquired and taken.holds == 1):
-                break  # a new claim; or the instance sent again, which goes, claimed or not
-            if taken.acquired:  # this task id claimed it already: the same message sent twice
-                backend.release(name, owner, taken.holds)
-            refused = _refuse(self, config, name)
-            if refused is not None:
-                return refused
-        else:
-            raise DuplicateTaskError(
-                f"Did not send {self.name}: its claim {name!r} was taken and freed "
-                f"{_ATTEMPTS} times while sending.",
-                lock_name=name,
-            )
+        holder = claim(config, self.name, name, owner, request, again=again)
+        if holder is not None:
+            return self.AsyncResult(holder)
         try:
             return publish(self, args, kwargs, task_id, *rest, **options)
         except BaseException:
@@ -132,8 +129,8 @@ def _hand_on(name: str, task_id: str) -> bool:
         config = config_of(current)
         if config is not None and config.enqueue != "allow":
             old = claim_name(
-                config.message_lock_name(
-                    current, current.request.args or (), current.request.kwargs or {}
+                message_lock_name(
+                    config, current, current.request.args or (), current.request.kwargs or {}
                 )
             )
             if old != name:
@@ -157,45 +154,6 @@ def _delay(task: Task, options: dict[str, Any]) -> float:
         waits: float = (due - task.app.now()).total_seconds()
         return max(0.0, waits)
     return 0.0
-
-
-def _claim_metadata(
-    task: Task, config: SingleInstance, task_id: str, args: Sequence[Any], kwargs: dict[str, Any]
-) -> bytes:
-    record = task_record(
-        task.name,
-        config,
-        call_args(task, args),
-        kwargs,
-        task_id=task_id,
-        hostname=None,  # no worker has it yet
-        worker_pid=None,
-    )
-    return holder_metadata(
-        host=HOST,
-        pid=os.getpid(),
-        thread=threading.current_thread().name,
-        data=record,
-    )
-
-
-def _refuse(task: Task, config: SingleInstance, name: str) -> AsyncResult | None:
-    # Return the result of the instance that holds the claim, or raise; None if the claim
-    # was freed meanwhile (the send tries again).
-    holders = locks[config.using].lock_info(name)
-    if not holders:
-        return None
-    ids = [found for info in holders if (found := task_id_of(info)) is not None]
-    holder = "; ".join(describe_holder(info) for info in holders)
-    if config.enqueue == "raise" or not ids:
-        raise DuplicateTaskError(
-            f"Did not send {task.name}: an instance with the same key is queued or running "
-            f"({name!r} is held by {holder}).",
-            lock_name=name,
-            task_id=ids[0] if ids else None,
-        )
-    logger.info("Did not send %s: it is queued or running as %s.", task.name, ids[0])
-    return task.AsyncResult(ids[0])
 
 
 def take_over_claim(
@@ -279,7 +237,7 @@ def _running_elsewhere(
 ) -> bool:
     # Whether another delivery of the same task id holds the run's lock (a redelivered
     # message, say): its claim is that delivery's.
-    holders = locks[config.using].lock_info(config.message_lock_name(task, args, kwargs))
+    holders = locks[config.using].lock_info(message_lock_name(config, task, args, kwargs))
     return any(task_id_of(info) == task_id for info in holders)
 
 

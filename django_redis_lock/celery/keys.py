@@ -1,123 +1,63 @@
-"""The lock name of a ``@single_instance`` run: its settings, and the key built from its arguments.
+"""The lock name of a ``@single_instance`` Celery run, from its message or its function.
 
-A name is ``celery:<task name>``, followed by ``:<key part>`` when the decorator has a key. In
-the task name and in each argument value that goes into the key part, ``%`` is written
-``%25`` and ``:`` is written ``%3A`` (percent-encoding, as in URLs), so a ``:`` that joins
-parts never comes from a value: ``("x:y", "z")`` and ``("x", "y:z")`` give different names,
-while ints, slugs and e-mail addresses read as they are. A callable key's result is used as
-it is.
+The rules for names, keys and records are the same for every task queue: see
+:mod:`django_redis_lock._single_instance`. A Celery run's lock is ``celery:<task name>[:<key
+part>]``; what is particular to Celery is how a bound task's function gets the task in front
+of its arguments, and the claim's owner, named after the task id that Celery chooses before
+it sends.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import inspect
 import re
-import string
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from celery import Task
 from celery.local import Proxy
-from django.core.exceptions import ImproperlyConfigured
 
-from .._names import MAX_READABLE, digest
-from ..listing import TaskRecord
+from .._names import digest
+from .._single_instance import (
+    CLAIM_PREFIX,
+    MAX_READABLE_NAME,
+    Enqueue,
+    KeySpec,
+    Policy,
+    SingleInstance,
+    claim_name,
+    encode_key_value,
+)
 
 __all__ = [
+    "CLAIM_PREFIX",
     "MAX_READABLE_NAME",
+    "Enqueue",
+    "KeySpec",
+    "Policy",
     "SingleInstance",
+    "call_args",
     "claim_name",
     "claim_owner",
     "config_of",
     "encode_key_value",
+    "message_lock_name",
     "task_record",
 ]
 
-Policy = Literal["skip", "raise", "retry", "wait"]
-Enqueue = Literal["allow", "skip", "raise"]
-KeySpec = str | Sequence[str] | Callable[..., object] | None
-
-#: Lock names longer than this are hashed; the readable arguments go into the metadata.
-MAX_READABLE_NAME = MAX_READABLE
+#: The first part of a Celery run's lock name.
+QUEUE = "celery"
 
 
-def encode_key_value(text: str) -> str:
-    """Percent-encode ``%`` and ``:`` in ``text``, one value of a lock name."""
-    return text.replace("%", "%25").replace(":", "%3A")
+def message_lock_name(
+    config: SingleInstance, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> str:
+    """Return the lock name of a run of ``task`` whose message has these arguments.
 
-
-class _KeyFormatter(string.Formatter):
-    # Encodes each field once formatted, so that format specifications apply to the value
-    # itself and the template's own text (its ':' included) is kept as written.
-    def format_field(self, value: Any, format_spec: str) -> str:
-        return encode_key_value(super().format_field(value, format_spec))
-
-
-_formatter = _KeyFormatter()
-
-
-@dataclass(frozen=True)
-class SingleInstance:
-    """The settings of one ``@single_instance`` decorator, kept on the task's function."""
-
-    key: KeySpec
-    on_conflict: Policy
-    then: Literal["skip", "raise"]
-    ttl: float | None
-    timeout: float | None
-    limit: int
-    using: str
-    countdown: float | None
-    max_retries: int | None
-    signature: inspect.Signature
-    enqueue: Enqueue = "allow"
-    enqueue_ttl: float = 3600.0
-    min_hold: float = 0.0
-
-    def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
-        """Return the lock name of a run of ``task_name`` with these arguments."""
-        part = self.key_part(args, kwargs)
-        task_part = encode_key_value(task_name)
-        name = f"celery:{task_part}" if part is None else f"celery:{task_part}:{part}"
-        if len(name) > MAX_READABLE_NAME:
-            name = f"celery:{task_part}:sha256:{digest(name)}"
-        return name
-
-    def key_part(self, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-        """Return the part of the lock name that the task's arguments give, if any."""
-        if self.key is None:
-            return None
-        if callable(self.key):
-            return str(self.key(*args, **kwargs))
-        values = self.arguments(args, kwargs)
-        if isinstance(self.key, str):
-            try:
-                return _formatter.vformat(self.key, (), values)
-            except (KeyError, IndexError, AttributeError) as exc:
-                raise ImproperlyConfigured(
-                    f"single_instance key {self.key!r} does not fit the task's arguments "
-                    f"({', '.join(values)}): {exc!r}. Use their names in braces, a list of "
-                    "names, or a callable taking the task's arguments."
-                ) from exc
-        return ":".join(encode_key_value(str(values[name])) for name in self.key)
-
-    def arguments(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, object]:
-        """Return the task's arguments by name, defaults applied, as key-friendly values."""
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return {name: _key_value(value) for name, value in bound.arguments.items()}
-
-    def message_lock_name(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        """Return the lock name of a run of ``task`` whose message has these arguments.
-
-        The function gets them as Celery calls it: with the task itself in front for a
-        bound task (``bind=True``, or a task class whose ``run`` method is decorated).
-        """
-        return self.lock_name(task.name, call_args(task, args), dict(kwargs))
+    The function gets them as Celery calls it: with the task itself in front for a
+    bound task (``bind=True``, or a task class whose ``run`` method is decorated).
+    """
+    return config.lock_name(task.name, call_args(task, args), dict(kwargs))
 
 
 def call_args(task: Task, args: Sequence[Any]) -> tuple[Any, ...]:
@@ -136,15 +76,7 @@ def call_args(task: Task, args: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(args)
 
 
-#: The claim of a queued or running ``enqueue=`` task is named this, then its lock's name.
-CLAIM_PREFIX = "queued:"
-
 _PLAIN_ID = re.compile(r"[-\w.:@]{1,150}", re.ASCII)
-
-
-def claim_name(lock_name: str) -> str:
-    """Return the name of the claim that a queued or running task with ``lock_name`` holds."""
-    return f"{CLAIM_PREFIX}{lock_name}"
 
 
 def claim_owner(task_id: str) -> str:
@@ -168,30 +100,16 @@ def task_record(
     ``args`` and ``kwargs`` are the function's (a bound task's task in front, left out of
     the record).
     """
-    summary = ", ".join(
-        f"{k}={v!r}" for k, v in config.arguments(args, kwargs).items() if not isinstance(v, Task)
-    )
-    return TaskRecord(
+    return config.record(
+        task_name,
+        args,
+        kwargs,
+        runner="celery",
         task_id=task_id,
-        task_name=task_name,
         hostname=hostname,
         worker_pid=worker_pid,
-        args=summary[:500],
-        started_at=dt.datetime.now(dt.timezone.utc).isoformat(),
-    ).as_metadata()
-
-
-def _key_value(value: object) -> object:
-    # Values that format predictably in a key: model instances by primary key, UUIDs and
-    # decimals as text, dates in ISO 8601.
-    pk = getattr(getattr(value, "_meta", None), "pk", None)
-    if pk is not None:
-        return getattr(value, "pk", value)
-    if isinstance(value, (uuid.UUID, decimal.Decimal)):
-        return str(value)
-    if isinstance(value, (dt.date, dt.time)):
-        return value.isoformat()
-    return value
+        hidden=(Task,),
+    )
 
 
 def config_of(task: Task) -> SingleInstance | None:

@@ -29,7 +29,7 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_received, task_revoked
 
 from ..handler import locks
-from .keys import SingleInstance, claim_name, claim_owner, config_of
+from .keys import SingleInstance, claim_name, claim_owner, config_of, message_lock_name
 
 __all__ = [
     "CHILD_EXIT_WAIT",
@@ -86,7 +86,7 @@ def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, 
     config = config_of(task)
     if config is None:
         return 0
-    name = config.message_lock_name(task, args, kwargs)
+    name = message_lock_name(config, task, args, kwargs)
     backend, owner = locks[config.using], run_owner(run_id)
     if config.min_hold:  # the run's window is kept, as its own release would have kept it
         freed = int(backend.release(name, owner, 1, min_hold=config.min_hold) is not None)
@@ -147,7 +147,7 @@ def _claim_of(
     config = config_of(task)
     if config is None or config.enqueue == "allow" or not task_id:
         return None
-    return config, claim_name(config.message_lock_name(task, args, kwargs)), claim_owner(task_id)
+    return config, claim_name(message_lock_name(config, task, args, kwargs)), claim_owner(task_id)
 
 
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:

@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import LockLostError, LockNotAcquiredError, lock, locks
 from django_redis_lock.celery import MAX_READABLE_NAME, SingleInstance, config_of, single_instance
+from django_redis_lock.celery.keys import message_lock_name
 
 
 @pytest.fixture
@@ -166,7 +167,7 @@ def test_key__a_message_names_the_lock_its_run_takes(
     assert found is not None
     if part is None:  # the callable gets the task too, when the task is bound
         part = f":{2 if bind else 1}.yearly"
-    assert found.message_lock_name(task, (7,), {"kind": "yearly"}) == taken[0]
+    assert message_lock_name(found, task, (7,), {"kind": "yearly"}) == taken[0]
     assert taken == [f"celery:eager.shape{part}"]
 
 

@@ -117,6 +117,7 @@ def test_task_record__keys_in_the_order_celery_records_them() -> None:
         "worker_pid",
         "args",
         "started_at",
+        "runner",
     ]
 
 
