@@ -1,5 +1,7 @@
 """Django settings of the test suite. LOCKS is pointed at a throw-away server by conftest."""
 
+from importlib.util import find_spec
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -41,4 +43,17 @@ LOCKS = {
         "OPTIONS": {"url": "redis://127.0.0.1:1/0"},
     },
     "locmem": {"BACKEND": "django_redis_lock.backends.locmem.LocMemBackend"},
+}
+
+# Django's task framework: django.tasks on Django 6.0+, the django-tasks backport on 5.2. The
+# test tasks (tests/support/tasks.py) run at once by default; django-tasks-db's worker tests
+# point "db" at their own SQLite file (see tests/support/tasks_worker_settings.py).
+_TASKS = "django.tasks" if find_spec("django.tasks") else "django_tasks"
+if _TASKS == "django_tasks":
+    INSTALLED_APPS.append("django_tasks")
+INSTALLED_APPS.append("django_tasks_db")
+TASKS = {
+    "default": {"BACKEND": f"{_TASKS}.backends.immediate.ImmediateBackend"},
+    "dummy": {"BACKEND": f"{_TASKS}.backends.dummy.DummyBackend"},
+    "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
 }

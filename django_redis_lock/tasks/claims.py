@@ -1,0 +1,269 @@
+"""Refusing duplicates when they are enqueued: ``@single_instance(enqueue="skip" | "raise")``.
+
+The design is Celery's (:mod:`django_redis_lock.celery.enqueue`), on the claim that
+:mod:`django_redis_lock._single_instance` writes once. ``enqueue()`` or ``aenqueue()`` of a
+task first claims ``queued:<its lock name>`` in one atomic acquire, and only then hands the
+task to its backend. An enqueue that finds the claim held enqueues nothing: it returns the
+:class:`TaskResult` of the task that holds it (``"skip"``) or raises
+:class:`~django_redis_lock.DuplicateTaskError` (``"raise"``).
+
+``django.tasks`` gives a task's result id only once the backend has enqueued it, so the claim
+is taken under a random owner and names its task a moment later (the claim's metadata gets
+the result id, atomically). A run finds its claim by that id when it starts, takes it over
+(renewed with the run's lock, on the run's lease) and frees it when it ends, whichever way.
+
+No ``django.tasks`` backend tells anyone that a queued task was dropped, or that the worker
+running it was killed. A claim is therefore bounded by leases: ``enqueue_ttl`` seconds (plus
+the wait until ``run_after``) while the task waits in its queue, the run's ``ttl`` while it
+runs.
+
+Enqueues are seen by wrapping ``Task.enqueue`` and ``Task.aenqueue`` once, when
+:mod:`django_redis_lock.tasks` is imported; tasks without ``enqueue=`` pass straight through.
+``ImmediateBackend`` runs a task inside its ``enqueue()``: there the run's own lock decides,
+as Celery's eager mode does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
+
+from .._single_instance import NAMING_WAIT, SingleInstance, claim, claim_metadata, claim_name
+from ..backends.base import AcquireRequest
+from ..exceptions import DuplicateTaskError, LockError
+from ..handler import locks
+from ..listing import task_id
+from ..lock import Lock
+from ._compat import ImmediateBackend, Task, TaskResult
+
+__all__ = ["RUNNER", "check_backend", "config_of", "release_claim", "take_over_claim"]
+
+logger = logging.getLogger("django_redis_lock")
+
+#: What a ``django.tasks`` run records as its task queue (see :class:`~.listing.TaskRecord`).
+RUNNER = "django.tasks"
+
+
+def config_of(task: Task[Any, Any]) -> SingleInstance | None:
+    """Return the ``@single_instance`` settings of ``task`` as its enqueue sees its arguments.
+
+    None if it has none. A task that takes its context gets it in front of the arguments
+    given to ``enqueue()``: the settings then read the arguments after it.
+    """
+    config = getattr(task.func, "__single_instance__", None)
+    if not isinstance(config, SingleInstance):
+        return None
+    return without_context(config) if task.takes_context else config
+
+
+def without_context(config: SingleInstance) -> SingleInstance:
+    """Return ``config`` for the arguments after a task's first one, its context."""
+    parameters = list(config.signature.parameters.values())[1:]
+    return dataclasses.replace(config, signature=config.signature.replace(parameters=parameters))
+
+
+def check_backend(task: Task[Any, Any]) -> None:
+    """Refuse, when ``task`` is defined, what its backend cannot do for its settings.
+
+    ``on_conflict="retry"`` enqueues the task again to run later: only a backend that
+    ``supports_defer`` can. ``enqueue="skip"`` returns the result of the task found queued:
+    only a backend that ``supports_get_result`` can (``ImmediateBackend`` aside: it runs the
+    task in ``enqueue()``, so nothing is ever queued).
+    """
+    config = config_of(task)
+    if config is None:
+        return
+    backend = task.get_backend()
+    where = f"{task.module_path}'s backend {task.backend!r} ({type(backend).__name__})"
+    if config.on_conflict == "retry" and not backend.supports_defer:
+        raise ImproperlyConfigured(
+            f"single_instance on_conflict='retry' enqueues the task again with run_after, "
+            f"which {where} does not support (supports_defer is False). Use 'wait', 'skip' "
+            "or 'raise'."
+        )
+    if config.enqueue == "skip" and not (
+        backend.supports_get_result or isinstance(backend, ImmediateBackend)
+    ):
+        raise ImproperlyConfigured(
+            f"single_instance enqueue='skip' returns the result of the task found queued, "
+            f"which {where} cannot read back (supports_get_result is False). Use "
+            "enqueue='raise'."
+        )
+
+
+def _claims(task: Task[Any, Any]) -> SingleInstance | None:
+    # The settings of a task whose enqueue claims, or None: no enqueue=, or a backend that
+    # runs the task right away.
+    config = config_of(task)
+    if config is None or config.enqueue == "allow":
+        return None
+    return None if isinstance(task.get_backend(), ImmediateBackend) else config
+
+
+def _enqueue_claimed(
+    task: Task[Any, Any],
+    config: SingleInstance,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    enqueue: Callable[[], TaskResult[Any, Any]],
+) -> TaskResult[Any, Any]:
+    name = claim_name(config.lock_name(task.module_path, args, kwargs))
+    backend, owner = locks[config.using], f"task-queued:{secrets.token_hex(16)}"
+    record = config.record(task.module_path, args, kwargs, runner=RUNNER, task_id=None)
+    lease = config.enqueue_ttl + _delay(task)
+    request = AcquireRequest(ttl=lease, metadata=claim_metadata(record), limit=config.limit)
+    holder = claim(config, task.module_path, name, owner, request)
+    if holder is not None:
+        return _result(task, holder, name)
+    try:
+        result = enqueue()
+    except BaseException:
+        backend.release(name, owner, 1)  # nothing was enqueued
+        raise
+    # The claim names its task now that the backend gave it an id: runs and enqueues look
+    # for that id.
+    record["task_id"] = result.id
+    backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
+    return result
+
+
+def _delay(task: Task[Any, Any]) -> float:
+    # How long the task waits before it may run: until its run_after.
+    if task.run_after is None:
+        return 0.0
+    return max(0.0, (task.run_after - timezone.now()).total_seconds())
+
+
+def _result(task: Task[Any, Any], result_id: str, name: str) -> TaskResult[Any, Any]:
+    try:
+        return task.get_result(result_id)
+    except Exception as exc:
+        raise DuplicateTaskError(
+            f"Did not enqueue {task.module_path}: task {result_id} holds {name!r}, and its "
+            f"result could not be read ({exc!r}).",
+            lock_name=name,
+            task_id=result_id,
+        ) from exc
+
+
+def take_over_claim(
+    config: SingleInstance, lock_name: str, result_id: str, metadata: dict[str, Any]
+) -> tuple[Lock, float] | None:
+    """Take over, for the run of the task ``result_id`` holding ``lock_name``, its claim.
+
+    Return the claim, renewed on the run's lease until :func:`release_claim`, and the
+    ``min_hold`` window its release keeps (measured from the enqueue, so it ends with the
+    run's own window); None when the task holds no claim.
+    """
+    if config.enqueue == "allow":
+        return None
+    backend, name = locks[config.using], claim_name(lock_name)
+    try:
+        found = _claim_owner(config, name, result_id)
+        if found is None:
+            return None
+        owner, age = found
+        claim = Lock(name, ttl=config.ttl, using=config.using, limit=config.limit, owner=owner)
+        if not claim.acquire(blocking=False):
+            return None
+        # From the enqueue's long lease to the run's: a worker killed frees it soon.
+        lease = config.ttl or backend.default_ttl
+        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(metadata))
+    except LockError:
+        logger.warning("Could not take over the claim %r.", name, exc_info=True)
+        return None
+    return claim, config.min_hold and config.min_hold + age
+
+
+def _claim_owner(config: SingleInstance, name: str, result_id: str) -> tuple[str, float] | None:
+    # The owner of the claim naming result_id, and its age. A claim not naming any task yet
+    # may be this run's (its enqueue is about to name it): wait for it, a little.
+    deadline = time.monotonic() + NAMING_WAIT
+    while True:
+        holders = locks[config.using].lock_info(name)
+        for info in holders:
+            if task_id(info) == result_id:
+                return info.owner, info.held_for
+        if time.monotonic() > deadline or all(task_id(info) for info in holders):
+            return None
+        time.sleep(0.02)
+
+
+def release_claim(
+    config: SingleInstance, lock_name: str, result_id: str | None, taken: tuple[Lock, float] | None
+) -> None:
+    """Free the claim of the run of ``result_id``, now that it ended; safe to repeat.
+
+    A claim the run took over is kept for its ``min_hold`` window; one held by another task
+    is left alone.
+    """
+    if config.enqueue == "allow" or result_id is None:
+        return
+    backend, name = locks[config.using], claim_name(lock_name)
+    try:
+        if taken is not None:
+            claim, window = taken
+            owner = claim.owner or ""
+            claim._forget(owner)
+            backend.release(name, owner, 1, **({"min_hold": window} if window else {}))
+            return
+        for info in backend.lock_info(name):
+            if task_id(info) == result_id:
+                backend.release(name, info.owner, 1)
+    except LockError:
+        logger.warning("Could not free the claim %r.", name, exc_info=True)
+
+
+def _claiming_enqueue(enqueue: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(enqueue)
+    def claiming(self: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult[Any, Any]:
+        config = _claims(self)
+        if config is None:
+            result: TaskResult[Any, Any] = enqueue(self, *args, **kwargs)
+            return result
+        return _enqueue_claimed(self, config, args, kwargs, lambda: enqueue(self, *args, **kwargs))
+
+    return claiming
+
+
+def _claiming_aenqueue(aenqueue: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(aenqueue)
+    async def claiming(self: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult[Any, Any]:
+        config = _claims(self)
+        if config is None:
+            result: TaskResult[Any, Any] = await aenqueue(self, *args, **kwargs)
+            return result
+        # The claim's round trips block: they run in a thread, the enqueue in that thread's
+        # own event loop.
+        return await sync_to_async(_enqueue_claimed, thread_sensitive=False)(
+            self,
+            config,
+            args,
+            kwargs,
+            lambda: self.get_backend().enqueue(self, list(args), kwargs),
+        )
+
+    return claiming
+
+
+def _checking(post_init: Callable[[Task[Any, Any]], None]) -> Callable[[Task[Any, Any]], None]:
+    @functools.wraps(post_init)
+    def __post_init__(self: Task[Any, Any]) -> None:
+        post_init(self)
+        check_backend(self)
+
+    return __post_init__
+
+
+Task.enqueue = _claiming_enqueue(Task.enqueue)  # type: ignore[method-assign]
+Task.aenqueue = _claiming_aenqueue(Task.aenqueue)  # type: ignore[method-assign]
+Task.__post_init__ = _checking(Task.__post_init__)  # type: ignore[method-assign,assignment]
