@@ -211,8 +211,16 @@ class RedisBackend(RedisKeyspace):
         args = release_args(owner, holds, self._fencing_arg, min_hold)
         return count(self._run("release", name, args))
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
-        return seconds(self._run("extend", name, extend_args(owner, ttl, replace)))
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
+        return seconds(self._run("extend", name, extend_args(owner, ttl, replace, metadata)))
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         return seconds(self._run("ttl", name, [owner or ""]))
@@ -323,9 +331,16 @@ class RedisBackend(RedisKeyspace):
         return count(await self._arun("release", name, args))
 
     async def aextend(
-        self, name: str, owner: str, ttl: float, *, replace: bool = False
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
     ) -> float | None:
-        return seconds(await self._arun("extend", name, extend_args(owner, ttl, replace)))
+        args = extend_args(owner, ttl, replace, metadata)
+        return seconds(await self._arun("extend", name, args))
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:
         return seconds(await self._arun("ttl", name, [owner or ""]))

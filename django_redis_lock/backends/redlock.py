@@ -268,12 +268,21 @@ class RedlockBackend(BaseLockBackend):
             self._forget(name, owner)
         return None if left is None else int(left)
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
         started = time.monotonic()
-        outcomes = self._masters.ask(lambda node: node.extend(name, owner, ttl, replace=replace))
-        return self._masters.lease_left(
-            self._masters.majority(outcomes, name), time.monotonic() - started
+        outcomes = self._masters.ask(
+            lambda node: node.extend(name, owner, ttl, replace=replace, metadata=metadata)
         )
+        left = self._masters.majority(outcomes, name)
+        return self._masters.lease_left(left, time.monotonic() - started)
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         if owner is not None:
