@@ -271,14 +271,16 @@ def queued_or_raise(n: int) -> int:
 
 
 def run_queued() -> None:
+    # Given on the command line: the option's default ("default", ImmediateBackend here) is
+    # checked only when the option is not.
     call_command(
         "db_worker",
-        batch=True,
-        backend_name="db",
-        reload=False,
+        "--backend=db",
+        "--batch",
+        "--no-reload",
+        "--no-startup-delay",
+        "--interval=0",
         verbosity=0,
-        startup_delay=False,
-        interval=0,
     )
 
 
