@@ -270,6 +270,18 @@ def queued_or_raise(n: int) -> int:
     return n
 
 
+@task(backend="db")
+@single_instance("{n}", enqueue="skip", ttl=5)
+async def queued_once_async(n: int) -> int:
+    return n
+
+
+@task(backend="db")
+@single_instance("{n}", on_conflict="retry", enqueue="skip", countdown=30, ttl=5)
+def retrying_once(n: int) -> int:
+    return n
+
+
 def run_queued() -> None:
     # Given on the command line: the option's default ("default", ImmediateBackend here) is
     # checked only when the option is not.
@@ -328,3 +340,26 @@ async def test_db_enqueue_skip__aenqueue_claims_too() -> None:
     first = await queued_once.aenqueue(8)
     second = await queued_once.aenqueue(8)
     assert second.id == first.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_enqueue_skip__an_async_run_frees_its_claim_when_it_ends() -> None:
+    first = queued_once_async.enqueue(8)
+    assert queued_once_async.enqueue(8).id == first.id
+    run_queued()
+    first.refresh()
+    assert first.return_value == 8
+    assert queued_once_async.enqueue(8).id != first.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_retry__the_retry_holds_the_claim_of_its_key() -> None:
+    with lock(f"task:{__name__}.retrying_once:3", ttl=10):
+        first = retrying_once.enqueue(3)
+        run_queued()
+    from django_tasks_db.models import DBTaskResult
+
+    again = DBTaskResult.objects.exclude(id=first.id).get()
+    # The refused run freed its claim; the retry it enqueued took one: a duplicate now
+    # gets the retry's result.
+    assert str(retrying_once.enqueue(3).id) == str(again.id)
