@@ -21,6 +21,8 @@ from django.utils.module_loading import import_string
 
 from django_redis_lock import DuplicateTaskError, LockNotAcquiredError, lock, locks
 from django_redis_lock._arguments import HOST
+from django_redis_lock._single_instance import claim_metadata
+from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.listing import describe_holder
 from django_redis_lock.tasks import single_instance
 from django_redis_lock.tasks._compat import Task
@@ -363,3 +365,27 @@ def test_db_retry__the_retry_holds_the_claim_of_its_key() -> None:
     # The refused run freed its claim; the retry it enqueued took one: a duplicate now
     # gets the retry's result.
     assert str(retrying_once.enqueue(3).id) == str(again.id)
+
+
+def leave_stale_claim(name: str, result_id: str) -> None:
+    # What an enqueue paused between enqueuing and naming its claim leaves once it resumes,
+    # after the run ended: a claim naming a finished task.
+    record = {"task_id": result_id, "task_name": "t", "runner": "django.tasks"}
+    taken = locks["default"].acquire(
+        name, "task-queued:stale", AcquireRequest(ttl=60, metadata=claim_metadata(record))
+    )
+    assert taken.acquired
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("the_task", ["queued_once", "queued_or_raise"])
+def test_db_enqueue__a_claim_naming_a_finished_task_is_freed(the_task: str) -> None:
+    decorated = globals()[the_task]
+    first = decorated.enqueue(5)
+    run_queued()
+    leave_stale_claim(f"queued:task:{__name__}.{the_task}:5", first.id)
+
+    again = decorated.enqueue(5)
+
+    assert again.id != first.id
+    assert again.status == "READY"
