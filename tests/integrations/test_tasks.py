@@ -389,3 +389,18 @@ def test_db_enqueue__a_claim_naming_a_finished_task_is_freed(the_task: str) -> N
 
     assert again.id != first.id
     assert again.status == "READY"
+
+
+@task(backend="db")
+@single_instance("{n}", enqueue="raise", ttl=0.6)
+def slow_claimed(n: int) -> bool:
+    time.sleep(1.5)  # the body's own work: longer than two of its leases
+    return locks["default"].locked(f"queued:task:{__name__}.slow_claimed:{n}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_db_enqueue__the_claim_is_renewed_while_the_body_runs() -> None:
+    first = slow_claimed.enqueue(1)
+    run_queued()
+    first.refresh()
+    assert first.return_value is True
