@@ -218,12 +218,22 @@ def take_over_claim(
         if found is None:
             return None
         owner, age = found
-        claim = Lock(name, ttl=config.ttl, using=config.using, limit=config.limit, owner=owner)
+        # From the enqueue's long lease to the run's (a worker killed frees it soon), and
+        # only then held, renewed: renewal is timed by the lease the acquire answers.
+        lease = config.ttl or backend.default_ttl
+        record = claim_metadata(metadata)
+        if backend.extend(name, owner, lease, replace=True, metadata=record) is None:
+            return None  # it lapsed meanwhile
+        claim = Lock(
+            name,
+            ttl=config.ttl,
+            using=config.using,
+            limit=config.limit,
+            owner=owner,
+            auto_renew=True,
+        )
         if not claim.acquire(blocking=False):
             return None
-        # From the enqueue's long lease to the run's: a worker killed frees it soon.
-        lease = config.ttl or backend.default_ttl
-        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(metadata))
     except LockError:
         logger.warning("Could not take over the claim %r.", name, exc_info=True)
         return None

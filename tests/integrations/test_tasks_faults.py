@@ -1,0 +1,50 @@
+"""``django_redis_lock.tasks`` where runs and claims go wrong: long runs, nested calls, faults.
+
+The DatabaseBackend's tasks run by its worker command in this process (``db_worker --batch``),
+on the test database, against the session's redis-server.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_redis_lock import locks
+from django_redis_lock.tasks import single_instance
+from tests.integrations.test_tasks import run_queued
+from tests.settings import _TASKS
+
+if _TASKS == "django.tasks":
+    from django.tasks import task
+else:
+    from django_tasks import task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: The lease of the runs here: short, so that a run outlives several of them.
+LEASE = 1.0
+
+
+@task(backend="db", takes_context=True)
+@single_instance("{n}", enqueue="skip", ttl=LEASE)
+def running_long(context: object, n: int, probe: bool = True) -> list[str] | None:
+    if not probe:
+        return None
+    started = time.monotonic()
+    while time.monotonic() < started + 3 * LEASE:  # three leases: each must be renewed
+        time.sleep(0.05)
+    again = running_long.enqueue(n, probe=False)
+    return [str(context.task_result.id), str(again.id)]  # type: ignore[attr-defined]
+
+
+def test_claim__is_renewed_while_a_run_outlives_its_lease() -> None:
+    first = running_long.enqueue(4)
+
+    run_queued()
+
+    first.refresh()
+    assert first.status == "SUCCESSFUL", first.errors
+    own, duplicate = first.return_value
+    assert duplicate == own, "an enqueue while the task runs returns the running task"
+    assert not locks["default"].locked(f"queued:task:{__name__}.running_long:4")
