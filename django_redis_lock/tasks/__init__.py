@@ -218,6 +218,16 @@ def _run(
     kwargs: dict[str, Any],
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
+    outside = _current.set(None)  # a task the body calls (.call()) is not this run
+    try:
+        return _run_held(run, func, args, kwargs)
+    finally:
+        _current.reset(outside)
+
+
+def _run_held(
+    run: _Run, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     held: Lock = run.lock(Lock)
     try:
         held._enter()
@@ -249,6 +259,16 @@ async def _arun(
     kwargs: dict[str, Any],
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
+    outside = _current.set(None)  # a task the body calls (.call()) is not this run
+    try:
+        return await _arun_held(run, func, args, kwargs)
+    finally:
+        _current.reset(outside)
+
+
+async def _arun_held(
+    run: _Run, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     held: AsyncLock = run.lock(AsyncLock)
     try:
         await held._enter()

@@ -48,3 +48,24 @@ def test_claim__is_renewed_while_a_run_outlives_its_lease() -> None:
     own, duplicate = first.return_value
     assert duplicate == own, "an enqueue while the task runs returns the running task"
     assert not locks["default"].locked(f"queued:task:{__name__}.running_long:4")
+
+
+@task(backend="db")
+@single_instance("{n}", enqueue="skip", ttl=5)
+def calling_itself(n: int, inner: bool = False) -> str | None:
+    if inner:
+        return None
+    # A plain call of the task from its own body is no run of this task's result: refused
+    # (the key is held), it must not free the claim of the run that called it.
+    calling_itself.call(n, inner=True)
+    return str(calling_itself.enqueue(n, inner=True).id)
+
+
+def test_claim__a_call_refused_inside_the_body_keeps_the_runs_claim() -> None:
+    first = calling_itself.enqueue(6)
+
+    run_queued()
+
+    first.refresh()
+    assert first.status == "SUCCESSFUL", first.errors
+    assert first.return_value == str(first.id), "the running task still holds its claim"
