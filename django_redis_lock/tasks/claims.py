@@ -55,6 +55,11 @@ RUNNER = "django.tasks"
 #: How often an enqueue frees a claim naming a finished task, and claims again.
 STALE_ATTEMPTS = 3
 
+#: The lease of a claim until it names its task (seconds). An enqueue killed, or cut off
+#: from Redis, after its backend enqueued and before it named the claim leaves a claim that
+#: no run and no enqueue can tie to a task: it ends this soon, not after ``enqueue_ttl``.
+NAMING_LEASE = 60.0
+
 
 def config_of(task: Task[Any, Any]) -> SingleInstance | None:
     """Return the ``@single_instance`` settings of ``task`` as its enqueue sees its arguments.
@@ -123,7 +128,9 @@ def _enqueue_claimed(
     backend, owner = locks[config.using], f"task-queued:{secrets.token_hex(16)}"
     record = config.record(task.module_path, args, kwargs, runner=RUNNER, task_id=None)
     lease = config.enqueue_ttl + _delay(task)
-    request = AcquireRequest(ttl=lease, metadata=claim_metadata(record), limit=config.limit)
+    request = AcquireRequest(
+        ttl=min(lease, NAMING_LEASE), metadata=claim_metadata(record), limit=config.limit
+    )
     for _ in range(STALE_ATTEMPTS):
         try:
             holder = claim(config, task.module_path, name, owner, request)
@@ -146,14 +153,17 @@ def _enqueue_claimed(
     except BaseException:
         backend.release(name, owner, 1)  # nothing was enqueued
         raise
-    # The claim names its task now that the backend gave it an id: runs and enqueues look
-    # for that id. The task is enqueued whatever happens here: a claim left unnamed is
-    # freed when its lease ends.
+    # The claim names its task now that the backend gave it an id (runs and enqueues look
+    # for that id), and gets its full lease. The task is enqueued whatever happens here: a
+    # claim left unnamed ends with its short lease.
     record["task_id"] = result.id
     try:
-        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
+        named = backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
     except LockError:
         logger.warning("Could not name task %s in its claim %r.", result.id, name, exc_info=True)
+    else:
+        if named is None:
+            logger.warning("The claim %r of task %s ended before it was named.", name, result.id)
     return result
 
 

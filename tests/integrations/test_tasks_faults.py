@@ -6,21 +6,26 @@ on the test database, against the session's redis-server.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import signal
 import time
 
 import pytest
+import redis as redis_py
 
-from django_redis_lock import locks
+from django_redis_lock import DuplicateTaskError, locks
 from django_redis_lock.tasks import single_instance
 from tests.integrations.test_tasks import run_queued
 from tests.settings import _TASKS
+from tests.support import task_faults
+from tests.support.helpers import eventually
 
 if _TASKS == "django.tasks":
     from django.tasks import task
 else:
     from django_tasks import task
 
-pytestmark = pytest.mark.django_db(transaction=True)
 
 #: The lease of the runs here: short, so that a run outlives several of them.
 LEASE = 1.0
@@ -38,6 +43,7 @@ def running_long(context: object, n: int, probe: bool = True) -> list[str] | Non
     return [str(context.task_result.id), str(again.id)]  # type: ignore[attr-defined]
 
 
+@pytest.mark.django_db(transaction=True)
 def test_claim__is_renewed_while_a_run_outlives_its_lease() -> None:
     first = running_long.enqueue(4)
 
@@ -61,6 +67,7 @@ def calling_itself(n: int, inner: bool = False) -> str | None:
     return str(calling_itself.enqueue(n, inner=True).id)
 
 
+@pytest.mark.django_db(transaction=True)
 def test_claim__a_call_refused_inside_the_body_keeps_the_runs_claim() -> None:
     first = calling_itself.enqueue(6)
 
@@ -69,3 +76,30 @@ def test_claim__a_call_refused_inside_the_body_keeps_the_runs_claim() -> None:
     first.refresh()
     assert first.status == "SUCCESSFUL", first.errors
     assert first.return_value == str(first.id), "the running task still holds its claim"
+
+
+@pytest.mark.slow
+def test_claim__an_enqueue_killed_before_naming_its_task_blocks_enqueues_briefly(
+    redis_url: str, prefix: str
+) -> None:
+    # Killed between handing the task to its backend and naming it in its claim: nobody can
+    # tell that claim's task, so nobody frees it; it must end soon, not after enqueue_ttl.
+    child = multiprocessing.get_context("spawn").Process(
+        target=task_faults.enqueue_and_stop, args=(redis_url, prefix, 1.0), daemon=True
+    )
+    child.start()
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        assert client.blpop([f"{prefix}:enqueued"], timeout=60) is not None
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        name = f"queued:task:{task_faults.__name__}.claimed:3"
+        assert locks["default"].locked(name)
+        with pytest.raises(DuplicateTaskError):
+            task_faults.claimed.enqueue(3)
+
+        eventually(lambda: not locks["default"].locked(name), timeout=5)
+        assert task_faults.claimed.enqueue(3).status == "READY"
+    finally:
+        client.close()
