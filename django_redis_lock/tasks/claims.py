@@ -35,10 +35,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .._single_instance import NAMING_WAIT, SingleInstance, claim, claim_metadata, claim_name
-from ..backends.base import AcquireRequest
+from ..backends.base import AcquireRequest, BaseLockBackend
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
 from ..listing import task_id
@@ -154,17 +155,37 @@ def _enqueue_claimed(
         backend.release(name, owner, 1)  # nothing was enqueued
         raise
     # The claim names its task now that the backend gave it an id (runs and enqueues look
-    # for that id), and gets its full lease. The task is enqueued whatever happens here: a
-    # claim left unnamed ends with its short lease.
+    # for that id). It gets its full lease once the task is surely enqueued: a task enqueued
+    # in an open transaction (DatabaseBackend's) is gone if it rolls back, and its claim
+    # must then end soon. The task is enqueued whatever happens here: a claim left unnamed
+    # ends with its short lease.
     record["task_id"] = result.id
-    try:
-        named = backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
-    except LockError:
-        logger.warning("Could not name task %s in its claim %r.", result.id, name, exc_info=True)
-    else:
-        if named is None:
-            logger.warning("The claim %r of task %s ended before it was named.", name, result.id)
+    pending = [c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block]
+    short = min(lease, NAMING_LEASE) if pending else lease
+    _lengthen(backend, name, owner, short, result.id, metadata=claim_metadata(record))
+    for alias in pending:
+        later = functools.partial(_lengthen, backend, name, owner, lease, result.id)
+        transaction.on_commit(later, using=alias)
     return result
+
+
+def _lengthen(
+    backend: BaseLockBackend,
+    name: str,
+    owner: str,
+    lease: float,
+    result_id: str,
+    *,
+    metadata: bytes | None = None,
+) -> None:
+    # Give the claim of result_id this lease; given metadata, name its task in it.
+    try:
+        left = backend.extend(name, owner, lease, replace=True, metadata=metadata)
+    except LockError:
+        logger.warning("Could not record task %s in its claim %r.", result_id, name, exc_info=True)
+        return
+    if left is None:
+        logger.warning("The claim %r of task %s had ended already.", name, result_id)
 
 
 def _freed_if_finished(

@@ -13,9 +13,11 @@ import time
 
 import pytest
 import redis as redis_py
+from django.db import transaction
 
 from django_redis_lock import DuplicateTaskError, locks
-from django_redis_lock.tasks import single_instance
+from django_redis_lock.tasks import claims, single_instance
+from tests.integrations import test_tasks
 from tests.integrations.test_tasks import run_queued
 from tests.settings import _TASKS
 from tests.support import task_faults
@@ -103,3 +105,37 @@ def test_claim__an_enqueue_killed_before_naming_its_task_blocks_enqueues_briefly
         assert task_faults.claimed.enqueue(3).status == "READY"
     finally:
         client.close()
+
+
+class RolledBack(Exception):
+    pass
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("the_task", ["queued_once", "queued_or_raise"])
+def test_claim__of_an_enqueue_rolled_back_ends_soon(
+    the_task: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DatabaseBackend enqueues in the transaction open around it (ATOMIC_REQUESTS, say): a
+    # rollback takes the task away, and its claim must not refuse the key for enqueue_ttl.
+    monkeypatch.setattr(claims, "NAMING_LEASE", 1.0)
+    decorated = getattr(test_tasks, the_task)
+    with pytest.raises(RolledBack), transaction.atomic():
+        decorated.enqueue(11)
+        raise RolledBack
+    name = f"queued:task:{test_tasks.__name__}.{the_task}:11"
+
+    eventually(lambda: not locks["default"].locked(name), timeout=5)
+    assert decorated.enqueue(11).status == "READY"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim__of_an_enqueue_committed_gets_its_full_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(claims, "NAMING_LEASE", 1.0)
+    with transaction.atomic():
+        first = test_tasks.queued_once.enqueue(12)
+    [info] = locks["default"].lock_info(f"queued:task:{test_tasks.__name__}.queued_once:12")
+    assert info.ttl > 3000
+    assert test_tasks.queued_once.enqueue(12).id == first.id
