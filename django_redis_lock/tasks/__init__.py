@@ -234,12 +234,10 @@ def _run_held(
     except LockNotAcquiredError:
         run.refuse(held.backend.lock_info(held.name))
         return None
-    claim = (
-        None
-        if run.result_id is None
-        else take_over_claim(run.config, run.name, run.result_id, run.record)
-    )
-    try:
+    claim = None
+    try:  # from here on, the lock is freed whatever ends the run (Ctrl+C included)
+        if run.result_id is not None:
+            claim = take_over_claim(run.config, run.name, run.result_id, run.record)
         value = func(*args, **kwargs)
     except BaseException as exc:
         held._leave(exc)
@@ -277,11 +275,11 @@ async def _arun_held(
         await sync_to_async(run.refuse, thread_sensitive=False)(holders)
         return None
     claim = None
-    if run.result_id is not None:
-        claim = await asyncio.to_thread(
-            take_over_claim, run.config, run.name, run.result_id, run.record
-        )
-    try:
+    try:  # from here on, the lock is freed whatever ends the run (a cancel included)
+        if run.result_id is not None:
+            claim = await asyncio.to_thread(
+                take_over_claim, run.config, run.name, run.result_id, run.record
+            )
         value = await func(*args, **kwargs)
     except BaseException as exc:
         await held._leave(exc)

@@ -16,6 +16,8 @@ import redis as redis_py
 from django.db import transaction
 
 from django_redis_lock import DuplicateTaskError, locks
+from django_redis_lock._single_instance import claim_metadata
+from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.tasks import claims, single_instance
 from tests.integrations import test_tasks
 from tests.integrations.test_tasks import run_queued
@@ -139,3 +141,30 @@ def test_claim__of_an_enqueue_committed_gets_its_full_lease(
     [info] = locks["default"].lock_info(f"queued:task:{test_tasks.__name__}.queued_once:12")
     assert info.ttl > 3000
     assert test_tasks.queued_once.enqueue(12).id == first.id
+
+
+@pytest.mark.slow
+def test_run__interrupted_while_it_looks_for_its_claim_frees_its_lock(
+    redis_url: str, prefix: str
+) -> None:
+    # A claim that names no task yet may be the run's own: the run waits a moment for it to
+    # be named. Interrupted there (Ctrl+C), it must free its lock, not renew it for good.
+    task_name = f"{task_faults.__name__}.interruptible"
+    unnamed = AcquireRequest(ttl=60, metadata=claim_metadata({"task_name": task_name}))
+    assert locks["default"].acquire(f"queued:task:{task_name}:5", "enqueuing", unnamed).acquired
+    child = multiprocessing.get_context("spawn").Process(
+        target=task_faults.run_and_live_on, args=(redis_url, prefix), daemon=True
+    )
+    child.start()
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        eventually(lambda: locks["default"].locked(f"task:{task_name}:5"), timeout=60)
+        assert child.pid is not None
+        os.kill(child.pid, signal.SIGINT)
+        assert client.blpop([f"{prefix}:interrupted"], timeout=10) is not None
+
+        eventually(lambda: not locks["default"].locked(f"task:{task_name}:5"), timeout=3)
+    finally:
+        client.close()
+        child.kill()
+        child.join(10)

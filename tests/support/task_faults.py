@@ -54,3 +54,22 @@ def enqueue_and_stop(url: str, prefix: str, naming_lease: float) -> None:
     override_settings(TASKS={**settings.TASKS, "dummy": stopping}).enable()
     claims.NAMING_LEASE = naming_lease  # type: ignore[attr-defined]
     claimed.enqueue(3)
+
+
+@task()
+@single_instance("{n}", enqueue="raise", ttl=1)
+def interruptible(n: int) -> int:
+    return n
+
+
+def run_and_live_on(url: str, prefix: str) -> None:
+    """Run ``interruptible(5)`` at once; report an interruption, and live on (to be killed)."""
+    setup_django(url, prefix)
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        interruptible.enqueue(5)
+    except KeyboardInterrupt:
+        client.rpush(f"{prefix}:interrupted", "1")
+    time.sleep(120)
