@@ -1,7 +1,8 @@
 """``django_redis_lock.tasks`` where runs and claims go wrong: long runs, nested calls, faults.
 
 The DatabaseBackend's tasks run by its worker command in this process (``db_worker --batch``),
-on the test database, against the session's redis-server.
+on the test database, against the session's redis-server; an enqueue or a run that is
+killed or interrupted is a spawned process, sent a real signal.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def running_long(context: object, n: int, probe: bool = True) -> list[str] | Non
     return [str(context.task_result.id), str(again.id)]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_claim__is_renewed_while_a_run_outlives_its_lease() -> None:
     first = running_long.enqueue(4)
