@@ -16,15 +16,13 @@ import pytest
 import redis as redis_py
 from django.db import transaction
 
-from django_redis_lock import DuplicateTaskError, locks
-from django_redis_lock._single_instance import claim_metadata
-from django_redis_lock.backends.base import AcquireRequest
+from django_redis_lock import DuplicateTaskError, lock, locks
 from django_redis_lock.tasks import claims, single_instance
 from tests.integrations import test_tasks
 from tests.integrations.test_tasks import run_queued
 from tests.settings import _TASKS
 from tests.support import task_faults
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, queued
 
 if _TASKS == "django.tasks":
     from django.tasks import task
@@ -111,6 +109,36 @@ def test_claim__an_enqueue_killed_before_naming_its_task_blocks_enqueues_briefly
         client.close()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["SIGKILL", "SIGINT"])
+def test_run__ended_while_it_waits_for_its_lock_frees_its_claim(
+    end: str, redis_url: str, prefix: str
+) -> None:
+    # A run that waits for its lock has left the queue: killed, its claim must end with the
+    # run's lease (1 s), not enqueue_ttl; interrupted (Ctrl+C), it must be freed at once.
+    name = f"task:{task_faults.__name__}.patient:4"
+    backend = locks["default"]
+    child = multiprocessing.get_context("spawn").Process(
+        target=task_faults.enqueue_then_run, args=(redis_url, prefix), daemon=True
+    )
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        with lock(name, ttl=30):
+            child.start()
+            eventually(lambda: queued(backend, name) == 1, timeout=60)
+            assert backend.locked(f"queued:{name}")
+            assert child.pid is not None
+            os.kill(child.pid, getattr(signal, end))
+            if end == "SIGINT":
+                assert client.blpop([f"{prefix}:interrupted"], timeout=10) is not None
+
+            eventually(lambda: not backend.locked(f"queued:{name}"), timeout=3)
+    finally:
+        client.close()
+        child.kill()
+        child.join(10)
+
+
 class RolledBack(Exception):
     pass
 
@@ -143,30 +171,3 @@ def test_claim__of_an_enqueue_committed_gets_its_full_lease(
     [info] = locks["default"].lock_info(f"queued:task:{test_tasks.__name__}.queued_once:12")
     assert info.ttl > 3000
     assert test_tasks.queued_once.enqueue(12).id == first.id
-
-
-@pytest.mark.slow
-def test_run__interrupted_while_it_looks_for_its_claim_frees_its_lock(
-    redis_url: str, prefix: str
-) -> None:
-    # A claim that names no task yet may be the run's own: the run waits a moment for it to
-    # be named. Interrupted there (Ctrl+C), it must free its lock, not renew it for good.
-    task_name = f"{task_faults.__name__}.interruptible"
-    unnamed = AcquireRequest(ttl=60, metadata=claim_metadata({"task_name": task_name}))
-    assert locks["default"].acquire(f"queued:task:{task_name}:5", "enqueuing", unnamed).acquired
-    child = multiprocessing.get_context("spawn").Process(
-        target=task_faults.run_and_live_on, args=(redis_url, prefix), daemon=True
-    )
-    child.start()
-    client = redis_py.Redis.from_url(redis_url)
-    try:
-        eventually(lambda: locks["default"].locked(f"task:{task_name}:5"), timeout=60)
-        assert child.pid is not None
-        os.kill(child.pid, signal.SIGINT)
-        assert client.blpop([f"{prefix}:interrupted"], timeout=10) is not None
-
-        eventually(lambda: not locks["default"].locked(f"task:{task_name}:5"), timeout=3)
-    finally:
-        client.close()
-        child.kill()
-        child.join(10)

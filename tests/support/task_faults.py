@@ -56,20 +56,27 @@ def enqueue_and_stop(url: str, prefix: str, naming_lease: float) -> None:
     claimed.enqueue(3)
 
 
-@task()
-@single_instance("{n}", enqueue="raise", ttl=1)
-def interruptible(n: int) -> int:
+@task(backend="dummy")
+@single_instance("{n}", enqueue="raise", on_conflict="wait", timeout=60, ttl=1)
+def patient(n: int) -> int:
     return n
 
 
-def run_and_live_on(url: str, prefix: str) -> None:
-    """Run ``interruptible(5)`` at once; report an interruption, and live on (to be killed)."""
+def enqueue_then_run(url: str, prefix: str) -> None:
+    """Enqueue ``patient(4)``, then run it here as a worker does; live on (to be killed).
+
+    An interruption of the run (SIGINT) is reported to "<prefix>:interrupted".
+    """
     setup_django(url, prefix)
     import redis
 
+    from django_redis_lock.tasks._compat import task_started
+
     client = redis.Redis.from_url(url)
+    result = patient.enqueue(4)
     try:
-        interruptible.enqueue(5)
+        task_started.send(sender=type(patient.get_backend()), task_result=result)
+        patient.call(4)
     except KeyboardInterrupt:
         client.rpush(f"{prefix}:interrupted", "1")
     time.sleep(120)
