@@ -177,9 +177,11 @@ def take_over_claim(
         auto_renew=True,
     )
     try:
+        # From the send's long lease to the run's (a worker killed whole frees it soon), and
+        # only then held, renewed: renewal is timed by the lease the acquire answers.
+        lease = config.ttl or claim.backend.default_ttl
+        claim.backend.extend(claim.name, claim_owner(task.request.id), lease, replace=True)
         if claim.acquire(blocking=False):
-            # From the send's long lease to the run's: a worker killed whole frees it soon.
-            claim.extend(config.ttl or claim.backend.default_ttl, replace=True)
             _taken_over[run_id] = (claim, config.min_hold and config.min_hold + _age(claim))
     except LockError:
         logger.warning("Could not take over the claim %r.", claim.name, exc_info=True)

@@ -176,6 +176,20 @@ class _Run:
         # An owner of its own: a run nested in another (ImmediateBackend runs a task inside
         # the enqueue() of the body that sent it) never shares the other's hold.
         self.owner = f"task-run:{secrets.token_hex(16)}"
+        self.claim: tuple[Lock, float] | None = None  # the task's claim, taken over
+        self.started = False  # whether the body started
+
+    def take_claim(self) -> None:
+        """Take over the task's claim, if it has one, on the run's lease."""
+        if self.result_id is not None:
+            self.claim = take_over_claim(self.config, self.name, self.result_id, self.record)
+
+    def free_claim(self) -> None:
+        """Free the task's claim: the run is over. A body that ran keeps its min_hold window."""
+        taken, self.claim = self.claim, None
+        if taken is not None and not self.started:
+            taken = (taken[0], 0.0)
+        release_claim(self.config, self.name, self.result_id, taken)
 
     @property
     def result_id(self) -> str | None:
@@ -194,13 +208,13 @@ class _Run:
         try:
             refuse_run(self.config, self.name, holders, retry)
         finally:
-            release_claim(self.config, self.name, self.result_id, None)
+            self.free_claim()
 
     def _retry(self, countdown: float, error: LockNotAcquiredError) -> None:
         # The run is over: free its claim, so that the retry, enqueued as any task is, can
         # take one of its own.
         assert self.result is not None
-        release_claim(self.config, self.name, self.result_id, None)
+        self.free_claim()
         later = timezone.now() + dt.timedelta(seconds=countdown)
         try:
             again = self.result.task.using(run_after=later).enqueue(*self.args, **self.kwargs)
@@ -218,27 +232,36 @@ def _run(
     kwargs: dict[str, Any],
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
+    outside = _current.set(None)  # a task the body calls (.call()) is not this run
+    try:
+        return _run_held(run, func, args, kwargs)
+    finally:
+        _current.reset(outside)
+
+
+def _run_held(
+    run: _Run, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     held: Lock = run.lock(Lock)
     try:
-        held._enter()
-    except LockNotAcquiredError:
-        run.refuse(held.backend.lock_info(held.name))
-        return None
-    claim = (
-        None
-        if run.result_id is None
-        else take_over_claim(run.config, run.name, run.result_id, run.record)
-    )
-    try:
-        value = func(*args, **kwargs)
-    except BaseException as exc:
-        held._leave(exc)
-        raise
-    else:
+        # The claim first: a worker killed while the run waits for its lock then frees it
+        # with the run's lease, not enqueue_ttl.
+        run.take_claim()
+        try:
+            held._enter()
+        except LockNotAcquiredError:
+            run.refuse(held.backend.lock_info(held.name))
+            return None
+        run.started = True
+        try:
+            value = func(*args, **kwargs)
+        except BaseException as exc:
+            held._leave(exc)
+            raise
         held._leave()
+        return value
     finally:
-        release_claim(run.config, run.name, run.result_id, claim)
-    return value
+        run.free_claim()
 
 
 async def _arun(
@@ -249,28 +272,36 @@ async def _arun(
     kwargs: dict[str, Any],
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
+    outside = _current.set(None)  # a task the body calls (.call()) is not this run
+    try:
+        return await _arun_held(run, func, args, kwargs)
+    finally:
+        _current.reset(outside)
+
+
+async def _arun_held(
+    run: _Run, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     held: AsyncLock = run.lock(AsyncLock)
     try:
-        await held._enter()
-    except LockNotAcquiredError:
-        holders = await sync_to_async(held.backend.lock_info, thread_sensitive=False)(held.name)
-        await sync_to_async(run.refuse, thread_sensitive=False)(holders)
-        return None
-    claim = None
-    if run.result_id is not None:
-        claim = await asyncio.to_thread(
-            take_over_claim, run.config, run.name, run.result_id, run.record
-        )
-    try:
-        value = await func(*args, **kwargs)
-    except BaseException as exc:
-        await held._leave(exc)
-        raise
-    else:
+        await asyncio.to_thread(run.take_claim)  # first, as _run_held says
+        try:
+            await held._enter()
+        except LockNotAcquiredError:
+            backend = held.backend
+            holders = await sync_to_async(backend.lock_info, thread_sensitive=False)(held.name)
+            await sync_to_async(run.refuse, thread_sensitive=False)(holders)
+            return None
+        run.started = True
+        try:
+            value = await func(*args, **kwargs)
+        except BaseException as exc:
+            await held._leave(exc)
+            raise
         await held._leave()
+        return value
     finally:
-        await asyncio.to_thread(release_claim, run.config, run.name, run.result_id, claim)
-    return value
+        await asyncio.to_thread(run.free_claim)
 
 
 @receiver(task_started, dispatch_uid="django_redis_lock.tasks.started")

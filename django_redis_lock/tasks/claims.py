@@ -35,10 +35,11 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .._single_instance import NAMING_WAIT, SingleInstance, claim, claim_metadata, claim_name
-from ..backends.base import AcquireRequest
+from ..backends.base import AcquireRequest, BaseLockBackend
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
 from ..listing import task_id
@@ -54,6 +55,11 @@ RUNNER = "django.tasks"
 
 #: How often an enqueue frees a claim naming a finished task, and claims again.
 STALE_ATTEMPTS = 3
+
+#: The lease of a claim until it names its task (seconds). An enqueue killed, or cut off
+#: from Redis, after its backend enqueued and before it named the claim leaves a claim that
+#: no run and no enqueue can tie to a task: it ends this soon, not after ``enqueue_ttl``.
+NAMING_LEASE = 60.0
 
 
 def config_of(task: Task[Any, Any]) -> SingleInstance | None:
@@ -123,7 +129,9 @@ def _enqueue_claimed(
     backend, owner = locks[config.using], f"task-queued:{secrets.token_hex(16)}"
     record = config.record(task.module_path, args, kwargs, runner=RUNNER, task_id=None)
     lease = config.enqueue_ttl + _delay(task)
-    request = AcquireRequest(ttl=lease, metadata=claim_metadata(record), limit=config.limit)
+    request = AcquireRequest(
+        ttl=min(lease, NAMING_LEASE), metadata=claim_metadata(record), limit=config.limit
+    )
     for _ in range(STALE_ATTEMPTS):
         try:
             holder = claim(config, task.module_path, name, owner, request)
@@ -146,15 +154,38 @@ def _enqueue_claimed(
     except BaseException:
         backend.release(name, owner, 1)  # nothing was enqueued
         raise
-    # The claim names its task now that the backend gave it an id: runs and enqueues look
-    # for that id. The task is enqueued whatever happens here: a claim left unnamed is
-    # freed when its lease ends.
+    # The claim names its task now that the backend gave it an id (runs and enqueues look
+    # for that id). It gets its full lease once the task is surely enqueued: a task enqueued
+    # in an open transaction (DatabaseBackend's) is gone if it rolls back, and its claim
+    # must then end soon. The task is enqueued whatever happens here: a claim left unnamed
+    # ends with its short lease.
     record["task_id"] = result.id
-    try:
-        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
-    except LockError:
-        logger.warning("Could not name task %s in its claim %r.", result.id, name, exc_info=True)
+    pending = [c.alias for c in connections.all(initialized_only=True) if c.in_atomic_block]
+    short = min(lease, NAMING_LEASE) if pending else lease
+    _lengthen(backend, name, owner, short, result.id, metadata=claim_metadata(record))
+    for alias in pending:
+        later = functools.partial(_lengthen, backend, name, owner, lease, result.id)
+        transaction.on_commit(later, using=alias)
     return result
+
+
+def _lengthen(
+    backend: BaseLockBackend,
+    name: str,
+    owner: str,
+    lease: float,
+    result_id: str,
+    *,
+    metadata: bytes | None = None,
+) -> None:
+    # Give the claim of result_id this lease; given metadata, name its task in it.
+    try:
+        left = backend.extend(name, owner, lease, replace=True, metadata=metadata)
+    except LockError:
+        logger.warning("Could not record task %s in its claim %r.", result_id, name, exc_info=True)
+        return
+    if left is None:
+        logger.warning("The claim %r of task %s had ended already.", name, result_id)
 
 
 def _freed_if_finished(
@@ -218,6 +249,12 @@ def take_over_claim(
         if found is None:
             return None
         owner, age = found
+        # From the enqueue's long lease to the run's (a worker killed frees it soon), and
+        # only then held, renewed: renewal is timed by the lease the acquire answers.
+        lease = config.ttl or backend.default_ttl
+        record = claim_metadata(metadata)
+        if backend.extend(name, owner, lease, replace=True, metadata=record) is None:
+            return None  # it lapsed meanwhile
         claim = Lock(
             name,
             ttl=config.ttl,
@@ -228,9 +265,6 @@ def take_over_claim(
         )
         if not claim.acquire(blocking=False):
             return None
-        # From the enqueue's long lease to the run's: a worker killed frees it soon.
-        lease = config.ttl or backend.default_ttl
-        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(metadata))
     except LockError:
         logger.warning("Could not take over the claim %r.", name, exc_info=True)
         return None

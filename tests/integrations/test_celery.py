@@ -7,6 +7,7 @@ import decimal
 import inspect
 import logging
 import re
+import time
 import uuid
 from typing import Any
 
@@ -16,8 +17,16 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 
 from django_redis_lock import LockLostError, LockNotAcquiredError, lock, locks
-from django_redis_lock.celery import MAX_READABLE_NAME, SingleInstance, config_of, single_instance
-from django_redis_lock.celery.keys import message_lock_name
+from django_redis_lock.backends.base import AcquireRequest
+from django_redis_lock.celery import (
+    MAX_READABLE_NAME,
+    SingleInstance,
+    config_of,
+    enqueue,
+    single_instance,
+)
+from django_redis_lock.celery.enqueue import take_over_claim
+from django_redis_lock.celery.keys import claim_name, claim_owner, message_lock_name
 
 
 @pytest.fixture
@@ -391,3 +400,28 @@ def test_eager__any_task_id_works(app: Celery, task_id: str) -> None:
         return str(self.request.id)
 
     assert custom.apply(task_id=task_id).get() == task_id
+
+
+def test_enqueue__a_claim_taken_over_is_renewed_on_its_own(app: Celery) -> None:
+    # A run's claim may be on another server than its lock (Redis Cluster), so that no
+    # renewal of the lock renews it too: it must be renewed on the run's lease by itself.
+    @app.task(bind=True, name="claims.outliving")
+    @single_instance("{n}", enqueue="raise", ttl=1)
+    def outliving(self: Any, n: int) -> int:
+        return n
+
+    found = config_of(outliving)
+    assert found is not None
+    lock_name = message_lock_name(found, outliving, (3,), {})
+    owner = claim_owner("t-1")
+    sent = AcquireRequest(ttl=3600)  # as the send took it: for enqueue_ttl
+    assert locks["default"].acquire(claim_name(lock_name), owner, sent).acquired
+    outliving.push_request(id="t-1", is_eager=False, args=(3,), kwargs={})
+    try:
+        take_over_claim(outliving, found, lock_name, "run-1", {})
+        assert locks["default"].ttl(claim_name(lock_name), owner) <= 1.0
+        time.sleep(3.0)  # three of the run's leases
+        assert locks["default"].ttl(claim_name(lock_name), owner) is not None
+    finally:
+        outliving.pop_request()
+        enqueue._forget(enqueue._taken_over.pop("run-1", None))
