@@ -8,6 +8,7 @@ a majority confirm, or an error naming how many answered. Redlock is built on it
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 
 from ..exceptions import BackendUnavailableError, LockError
 from ._redis.options import redact_url
+from .base import LockInfo
 from .redis import RedisBackend
 
 __all__ = ["Failed", "Quorum", "answer"]
@@ -215,6 +217,37 @@ class Quorum:
                 f"did not answer (a majority of {self.quorum} must confirm or deny it)",
             )
         return None
+
+    def holders(
+        self, outcomes: Sequence[list[LockInfo] | Failed], name: str | None
+    ) -> list[LockInfo]:
+        """Return the holders a majority of the masters list, from each master's listing.
+
+        A holder is listed when a majority list the same owner of the name. Shown: the
+        majority's lease (the majority-th longest), the largest token, and the rest as the
+        master with that lease recorded them.
+        """
+        seen: dict[tuple[str, str], list[LockInfo]] = {}
+        for infos in self.answered(outcomes, name):
+            for info in infos:
+                seen.setdefault((info.name, info.owner), []).append(info)
+        merged = []
+        for key in sorted(seen):
+            copies = seen[key]
+            if len(copies) < self.quorum:
+                continue
+            copies.sort(key=lambda info: info.ttl, reverse=True)
+            chosen = copies[self.quorum - 1]
+            holds = sorted((info.holds for info in copies), reverse=True)[self.quorum - 1]
+            merged.append(
+                dataclasses.replace(
+                    chosen,
+                    ttl=self.lease_left(chosen.ttl) or 0.001,
+                    holds=holds,
+                    fencing_token=max(info.fencing_token for info in copies),
+                )
+            )
+        return merged
 
     def drift(self, seconds: float) -> float:
         return seconds * self.clock_drift_factor + 0.002

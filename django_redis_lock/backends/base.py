@@ -140,10 +140,24 @@ class BaseLockBackend(OptionRules):
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
         """Add ``ttl`` seconds to the lease (or set it, with ``replace``).
 
-        Return the new remaining lease in seconds, or None if ``owner`` holds nothing.
+        Given ``metadata`` (holder details, as :attr:`AcquireRequest.metadata` takes them),
+        the owner's hold records it in place of what it had, in the same atomic step: for an
+        id learned after the acquire. None keeps the recorded metadata. Holds, fencing token
+        and acquired-at stay as they are.
+
+        Return the new remaining lease in seconds, or None if ``owner`` holds nothing: an
+        ended lease is never revived, and nothing is recorded for it.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an extend() method")
 
@@ -276,11 +290,19 @@ class BaseLockBackend(OptionRules):
         )
 
     async def aextend(
-        self, name: str, owner: str, ttl: float, *, replace: bool = False
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
     ) -> float | None:
         """Do what :meth:`extend` does, without blocking the event loop."""
+        # Metadata only when given: a backend written before it existed still extends.
+        given = {} if metadata is None else {"metadata": metadata}
         return await sync_to_async(self.extend, thread_sensitive=False)(
-            name, owner, ttl, replace=replace
+            name, owner, ttl, replace=replace, **given
         )
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:

@@ -208,12 +208,22 @@ class LocMemBackend(BaseLockBackend):
             self._changed.notify_all()
             return 0
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
         with self._opened(name) as (entry, now):
             holder = entry.holders.get(owner)
             if holder is None:
                 return None
             holder.ends = now + ttl if replace else holder.ends + ttl
+            if metadata is not None:
+                holder.metadata = metadata
             return holder.ends - now
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
@@ -276,9 +286,15 @@ class LocMemBackend(BaseLockBackend):
         return self.release(name, owner, holds, min_hold)
 
     async def aextend(
-        self, name: str, owner: str, ttl: float, *, replace: bool = False
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
     ) -> float | None:
-        return self.extend(name, owner, ttl, replace=replace)
+        return self.extend(name, owner, ttl, replace=replace, metadata=metadata)
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:
         return self.ttl(name, owner)

@@ -27,6 +27,8 @@ from ._redis.options import (
     URL_SCHEMES,
     SentinelAddress,
     async_client,
+    close_async_client,
+    close_client,
     redact_url,
     secret_safe,
     sentinel_problems,
@@ -110,10 +112,7 @@ class RedisBackend(RedisKeyspace):
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
         self.wait_replicas_timeout = float(wait_replicas_timeout)
-        self._wait_args = (
-            wait_replicas,
-            ms(self.wait_replicas_timeout),
-        )  # WAIT's arguments
+        self._wait_args = (wait_replicas, ms(self.wait_replicas_timeout))  # WAIT's arguments
         self.url = url
         self.fencing_ttl = float(fencing_ttl)
         # Encoded once, sent often; 0: no durable fencing counter.
@@ -139,7 +138,7 @@ class RedisBackend(RedisKeyspace):
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be used: {secret_safe(url, exc)}"
             ) from None
-        self._async_clients = PerLoop(self._new_async_client, _close_async_client)
+        self._async_clients = PerLoop(self._new_async_client, close_async_client)
         self._scripts = Scripts()
 
     @classmethod
@@ -212,8 +211,16 @@ class RedisBackend(RedisKeyspace):
         args = release_args(owner, holds, self._fencing_arg, min_hold)
         return count(self._run("release", name, args))
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
-        return seconds(self._run("extend", name, extend_args(owner, ttl, replace)))
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
+        return seconds(self._run("extend", name, extend_args(owner, ttl, replace, metadata)))
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         return seconds(self._run("ttl", name, [owner or ""]))
@@ -324,9 +331,16 @@ class RedisBackend(RedisKeyspace):
         return count(await self._arun("release", name, args))
 
     async def aextend(
-        self, name: str, owner: str, ttl: float, *, replace: bool = False
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
     ) -> float | None:
-        return seconds(await self._arun("extend", name, extend_args(owner, ttl, replace)))
+        args = extend_args(owner, ttl, replace, metadata)
+        return seconds(await self._arun("extend", name, args))
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:
         return seconds(await self._arun("ttl", name, [owner or ""]))
@@ -383,17 +397,4 @@ class RedisBackend(RedisKeyspace):
             self.client.ping()
 
     def close(self) -> None:
-        self.client.connection_pool.disconnect()
-        for sentinel in _sentinels_of(self.client):
-            sentinel.connection_pool.disconnect()
-
-
-async def _close_async_client(client: redis.asyncio.Redis) -> None:
-    await client.aclose()
-    for sentinel in _sentinels_of(client):  # a Sentinel's own connections, to the sentinels
-        await sentinel.aclose()
-
-
-def _sentinels_of(client: Any) -> list[Any]:
-    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
-    return list(manager.sentinels) if manager is not None else []
+        close_client(self.client)

@@ -268,12 +268,21 @@ class RedlockBackend(BaseLockBackend):
             self._forget(name, owner)
         return None if left is None else int(left)
 
-    def extend(self, name: str, owner: str, ttl: float, *, replace: bool = False) -> float | None:
+    def extend(
+        self,
+        name: str,
+        owner: str,
+        ttl: float,
+        *,
+        replace: bool = False,
+        metadata: str | bytes | None = None,
+    ) -> float | None:
         started = time.monotonic()
-        outcomes = self._masters.ask(lambda node: node.extend(name, owner, ttl, replace=replace))
-        return self._masters.lease_left(
-            self._masters.majority(outcomes, name), time.monotonic() - started
+        outcomes = self._masters.ask(
+            lambda node: node.extend(name, owner, ttl, replace=replace, metadata=metadata)
         )
+        left = self._masters.majority(outcomes, name)
+        return self._masters.lease_left(left, time.monotonic() - started)
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         if owner is not None:
@@ -362,37 +371,8 @@ class RedlockBackend(BaseLockBackend):
 
     def iter_locks(self, pattern: str = "*") -> Iterator[LockInfo]:
         outcomes = self._masters.fan(lambda node: list(node.iter_locks(pattern)), bounded=False)
-        yield from self._merge(outcomes, None)
+        yield from self._masters.holders(outcomes, None)
 
     def lock_info(self, name: str) -> list[LockInfo]:
         outcomes = self._masters.fan(lambda node: node.lock_info(name))
-        return [info for info in self._merge(outcomes, name) if info.name == name]
-
-    def _merge(
-        self, outcomes: Sequence[list[LockInfo] | Failed], name: str | None
-    ) -> list[LockInfo]:
-        # A holder is listed when a majority of the masters list the same owner of the name.
-        # Shown: the majority's lease (the majority-th longest), the largest token, and the
-        # rest as the master with that lease recorded them.
-        answers = self._masters.answered(outcomes, name)
-        seen: dict[tuple[str, str], list[LockInfo]] = {}
-        for infos in answers:
-            for info in infos:
-                seen.setdefault((info.name, info.owner), []).append(info)
-        merged = []
-        for key in sorted(seen):
-            copies = seen[key]
-            if len(copies) < self.quorum:
-                continue
-            copies.sort(key=lambda info: info.ttl, reverse=True)
-            chosen = copies[self.quorum - 1]
-            holds = sorted((info.holds for info in copies), reverse=True)[self.quorum - 1]
-            merged.append(
-                dataclasses.replace(
-                    chosen,
-                    ttl=self._masters.lease_left(chosen.ttl) or 0.001,
-                    holds=holds,
-                    fencing_token=max(info.fencing_token for info in copies),
-                )
-            )
-        return merged
+        return [info for info in self._masters.holders(outcomes, name) if info.name == name]

@@ -23,6 +23,8 @@ __all__ = [
     "URL_SCHEMES",
     "UrlProblem",
     "async_client",
+    "close_async_client",
+    "close_client",
     "redact_url",
     "secret_safe",
     "sentinel_problems",
@@ -314,6 +316,25 @@ def async_client(
         options,
     )
     return client
+
+
+def close_client(client: redis.Redis) -> None:
+    """Close the connections of a :func:`sync_client`, its Sentinel's included."""
+    client.connection_pool.disconnect()
+    for sentinel in _sentinels_of(client):  # a Sentinel's own connections, to the sentinels
+        sentinel.connection_pool.disconnect()
+
+
+async def close_async_client(client: redis.asyncio.Redis) -> None:
+    """Close an :func:`async_client`, as :func:`close_client` does a blocking one."""
+    await client.aclose()
+    for sentinel in _sentinels_of(client):
+        await sentinel.aclose()
+
+
+def _sentinels_of(client: Any) -> list[Any]:
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    return list(manager.sentinels) if manager is not None else []
 
 
 def _client(

@@ -30,6 +30,9 @@ _FLAGS = {(False, False): b"-", (True, False): b"f", (False, True): b"c", (True,
 #: The acquire script's "holds known" argument when the backend counts reentrant acquires.
 COUNT_HERE = b""
 
+#: The extend script's metadata argument when the hold keeps the metadata it has.
+KEEP_METADATA = b""
+
 
 def ms(seconds: float) -> int:
     """Return ``seconds`` as whole milliseconds, at least 1."""
@@ -63,9 +66,12 @@ def release_args(
     return [owner, fencing_arg, COUNT_HERE if holds is None else holds, window]
 
 
-def extend_args(owner: str, ttl: float, replace: bool) -> list[Any]:
-    """Return the extend script's ARGV."""
-    return [owner, ms(ttl), "1" if replace else "0"]
+def extend_args(
+    owner: str, ttl: float, replace: bool, metadata: str | bytes | None = None
+) -> list[Any]:
+    """Return the extend script's ARGV (``metadata`` None: keep the hold's)."""
+    meta = KEEP_METADATA if metadata is None else metadata
+    return [owner, ms(ttl), "1" if replace else "0", meta]
 
 
 def acquired(reply: list[Any]) -> AcquireResult:
