@@ -172,7 +172,14 @@ def take_over_claim(
         if found is None:
             return None
         owner, age = found
-        claim = Lock(name, ttl=config.ttl, using=config.using, limit=config.limit, owner=owner)
+        claim = Lock(
+            name,
+            ttl=config.ttl,
+            using=config.using,
+            limit=config.limit,
+            owner=owner,
+            auto_renew=True,  # a run may outlast its lease: the claim lasts as long as it
+        )
         if not claim.acquire(blocking=False):
             return None
         # From the enqueue's long lease to the run's: a worker killed frees it soon.

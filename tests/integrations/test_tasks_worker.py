@@ -12,6 +12,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -186,3 +187,44 @@ def test_renewal__a_run_three_times_longer_than_its_lease_is_never_doubled(
     assert refused_past_the_lease, "no duplicate ran once the first lease would have ended"
     assert spans(workers.lines(key))[0] == (started.at, workers.logged("end", key, "long").at)
     assert_no_overlap(spans(workers.lines(key)))
+
+
+#: The task refusing duplicates at enqueue time, by its enqueue= setting.
+CLAIMED = {"skip": "claimed", "raise": "claimed_strictly"}
+
+
+def assert_refused(outcome: dict[str, Any], enqueue: str, result_id: str, when: str = "") -> None:
+    """Check that an enqueue was refused as ``enqueue`` says, for the task ``result_id``."""
+    found = outcome if enqueue == "skip" else (outcome.get("error"), outcome.get("task_id"))
+    expected = {"id": result_id} if enqueue == "skip" else ("DuplicateTaskError", result_id)
+    assert found == expected, f"a duplicate was enqueued {when}: {outcome}"
+
+
+@pytest.mark.parametrize("enqueue", ["skip", "raise"])
+def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
+    workers: Pool, key: str, enqueue: str
+) -> None:
+    """A run 1.5 times its lease (ttl=2): renewal keeps its claim as it keeps its lock."""
+    task = CLAIMED[enqueue]
+    first = workers.send(task, key, "first", 3.0, countdown=0.5)
+    [outcome] = workers.enqueue(call(task, key, "queued", 0.0))
+    assert workers.row(first).status == "READY", "the first task was not queued any more"
+    assert_refused(outcome, enqueue, first)
+    started = workers.logged("start", key, "first")
+    refused_past_the_lease = 0
+    while True:
+        sent_at = time.monotonic()
+        [outcome] = workers.enqueue(call(task, key, "running", 0.0))
+        if ended(workers, key, "first"):
+            break
+        assert_refused(outcome, enqueue, first, f"{sent_at - started.at:.2f}s into the run")
+        refused_past_the_lease += sent_at > started.at + 2.5
+    assert refused_past_the_lease, (
+        "no duplicate was enqueued once the first lease would have ended"
+    )
+    assert workers.finished(first)[0].value == "first"
+    again = workers.send(task, key, "again", 0.0)
+    assert again != first
+    assert workers.finished(again)[0].value == "again"
+    runs = [row for row in workers.rows() if row.args[0] == key]
+    assert [row.args[1] for row in runs] == ["first", "again"]

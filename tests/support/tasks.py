@@ -102,7 +102,6 @@ def claimed(key: str, run: str, seconds: float) -> str:
 
 @task(backend="db", takes_context=True)
 @single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="raise")
-def claimed_strictly(context: TaskContext, key: str, seconds: float) -> str:
-    run = str(context.task_result.id)
+def claimed_strictly(context: TaskContext, key: str, run: str, seconds: float) -> str:
     _work(key, run, seconds)
     return run
