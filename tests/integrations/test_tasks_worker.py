@@ -228,3 +228,31 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
     assert workers.finished(again)[0].value == "again"
     runs = [row for row in workers.rows() if row.args[0] == key]
     assert [row.args[1] for row in runs] == ["first", "again"]
+
+
+@pytest.mark.parametrize("enqueue", ["skip", "raise"])
+def test_enqueue__a_killed_workers_claim_is_freed_when_its_lease_ends(
+    workers: Pool, key: str, enqueue: str
+) -> None:
+    task = CLAIMED[enqueue]
+    killed = workers.send(task, key, "killed", 30.0)
+    holder = workers.logged("start", key, "killed")
+    killed_at = workers.kill(holder.pid)
+    read_at = time.monotonic()
+    left = locks["default"].ttl("queued:" + LOCK.format(task=task, key=key))
+    assert left is not None, "the claim was freed when its worker was killed"
+    [outcome] = workers.enqueue(call(task, key, "refused", 0.0))
+    assert_refused(outcome, enqueue, killed)
+
+    def accepted() -> tuple[float, str] | None:
+        at = time.monotonic()
+        [outcome] = workers.enqueue(call(task, key, "next", 0.1))
+        if "id" in outcome and outcome["id"] != killed:
+            return at, outcome["id"]
+        assert_refused(outcome, enqueue, killed)
+        return None
+
+    accepted_at, following = poll(accepted, "an enqueue accepted", timeout=10)
+    assert accepted_at >= read_at + left - 0.1, "the claim was freed before its lease ended"
+    assert accepted_at - killed_at < 2.0 + 1.0, "the claim outlived its ttl"
+    assert workers.finished(following)[0].value == "next"
