@@ -27,9 +27,9 @@ if TYPE_CHECKING or find_spec("django.tasks") is not None:
     from django.tasks.signals import task_finished, task_started
 else:  # pragma: no cover - Django 5.2 with the backport
     try:
-        from django_tasks.base import Task, TaskContext, TaskResult
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.backends.immediate import ImmediateBackend
+        from django_tasks.base import Task, TaskContext, TaskResult
         from django_tasks.signals import task_finished, task_started
     except ImportError as exc:
         raise ImproperlyConfigured(
