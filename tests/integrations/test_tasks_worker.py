@@ -171,8 +171,10 @@ def test_renewal__a_run_three_times_longer_than_its_lease_is_never_doubled(
     workers: Pool, key: str, task: str
 ) -> None:
     """ttl=1, a 3 s body: only renewal keeps duplicates, run on the other worker, out."""
-    workers.send(task, key, "long", 3.0)
+    first = workers.send(task, key, "long", 3.0)
     started = workers.logged("start", key, "long")
+    [holder] = locks["default"].lock_info(LOCK.format(task=task, key=key))
+    assert holder.metadata["task_id"] == first, "the lock does not name the run's task"
     refused_past_the_lease = count = 0
     while True:
         count += 1
@@ -223,11 +225,14 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
         "no duplicate was enqueued once the first lease would have ended"
     )
     assert workers.finished(first)[0].value == "first"
+    # The last duplicate met the first run's end: it may have been enqueued; let it run.
+    late = [outcome["id"]] if outcome.get("id") not in (None, first) else []
+    workers.finished(*late)
     again = workers.send(task, key, "again", 0.0)
-    assert again != first
+    assert again not in (first, *late)
     assert workers.finished(again)[0].value == "again"
-    runs = [row for row in workers.rows() if row.args[0] == key]
-    assert [row.args[1] for row in runs] == ["first", "again"]
+    runs = [row.args[1] for row in workers.rows() if row.args[0] == key]
+    assert runs == ["first", *(["running"] if late else []), "again"]
 
 
 @pytest.mark.parametrize("enqueue", ["skip", "raise"])
