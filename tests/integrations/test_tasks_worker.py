@@ -56,7 +56,8 @@ def ended(workers: Pool, key: str, run: str) -> bool:
 
 
 def test_duplicates__never_overlap_and_runs_plus_skips_add_up(workers: Pool, key: str) -> None:
-    outcomes = workers.enqueue(*[call("exclusive", key, 0.5) for _ in range(10)])
+    by_position, by_name = call("exclusive", key, 0.5), call("exclusive", key=key, seconds=0.5)
+    outcomes = workers.enqueue(*[by_position, by_name] * 5)
     rows = workers.finished(*(outcome["id"] for outcome in outcomes))
     assert {row.status for row in rows} == {"SUCCESSFUL"}
     ran = [row.id for row in rows if row.value is not None]
@@ -163,6 +164,7 @@ def test_lease__a_killed_workers_lock_is_taken_when_its_lease_ends_not_before(
     )
     assert started.at - expires_at < 1.0, "the next run was slow to take the freed lock"
     assert started.at - killed_at < 2.0 + 1.0, "the lease outlived its ttl"
+    assert [line.run for line in workers.lines(key) if line.event == "start"] == ["killed", "next"]
     assert workers.finished(waiter)[0].value == "next"
 
 
@@ -209,7 +211,7 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
     """A run 1.5 times its lease (ttl=2): renewal keeps its claim as it keeps its lock."""
     task = CLAIMED[enqueue]
     first = workers.send(task, key, "first", 3.0, countdown=0.5)
-    [outcome] = workers.enqueue(call(task, key, "queued", 0.0))
+    [outcome] = workers.enqueue(call(task, key=key, run="queued", seconds=0.0))
     assert workers.row(first).status == "READY", "the first task was not queued any more"
     assert_refused(outcome, enqueue, first)
     started = workers.logged("start", key, "first")
@@ -231,7 +233,7 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
     again = workers.send(task, key, "again", 0.0)
     assert again not in (first, *late)
     assert workers.finished(again)[0].value == "again"
-    runs = [row.args[1] for row in workers.rows() if row.args[0] == key]
+    runs = [row.args[1] for row in workers.rows() if row.args[:1] == [key]]
     assert runs == ["first", *(["running"] if late else []), "again"]
 
 

@@ -273,9 +273,9 @@ class Pool:
         poll(probe, "every task ran", timeout)
 
 
-def call(task: str, *args: Any, countdown: float | None = None) -> dict[str, Any]:
-    """Return one call for :meth:`Pool.enqueue`: ``task`` of tests.support.tasks, with ``args``."""
-    return {"task": task, "args": list(args), "kwargs": {}, "countdown": countdown}
+def call(task: str, *args: Any, countdown: float | None = None, **kwargs: Any) -> dict[str, Any]:
+    """Return one call for :meth:`Pool.enqueue`: ``task`` of tests.support.tasks, and arguments."""
+    return {"task": task, "args": list(args), "kwargs": kwargs, "countdown": countdown}
 
 
 def spans(lines: list[Line]) -> list[tuple[float, float]]:
