@@ -193,8 +193,8 @@ def test_renewal__a_run_three_times_longer_than_its_lease_is_never_doubled(
     assert_no_overlap(spans(workers.lines(key)))
 
 
-#: The task refusing duplicates at enqueue time, by its enqueue= setting.
-CLAIMED = {"skip": "claimed", "raise": "claimed_strictly"}
+#: The tasks refusing duplicates at enqueue time, and their enqueue= setting.
+CLAIMED = [("claimed", "skip"), ("claimed_strictly", "raise"), ("aclaimed", "skip")]
 
 
 def assert_refused(outcome: dict[str, Any], enqueue: str, result_id: str, when: str = "") -> None:
@@ -204,12 +204,11 @@ def assert_refused(outcome: dict[str, Any], enqueue: str, result_id: str, when: 
     assert found == expected, f"a duplicate was enqueued {when}: {outcome}"
 
 
-@pytest.mark.parametrize("enqueue", ["skip", "raise"])
+@pytest.mark.parametrize(("task", "enqueue"), CLAIMED)
 def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
-    workers: Pool, key: str, enqueue: str
+    workers: Pool, key: str, task: str, enqueue: str
 ) -> None:
     """A run 1.5 times its lease (ttl=2): renewal keeps its claim as it keeps its lock."""
-    task = CLAIMED[enqueue]
     first = workers.send(task, key, "first", 3.0, countdown=0.5)
     [outcome] = workers.enqueue(call(task, key=key, run="queued", seconds=0.0))
     assert workers.row(first).status == "READY", "the first task was not queued any more"
@@ -237,11 +236,10 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
     assert runs == ["first", *(["running"] if late else []), "again"]
 
 
-@pytest.mark.parametrize("enqueue", ["skip", "raise"])
+@pytest.mark.parametrize(("task", "enqueue"), CLAIMED[:2])
 def test_enqueue__a_killed_workers_claim_is_freed_when_its_lease_ends(
-    workers: Pool, key: str, enqueue: str
+    workers: Pool, key: str, task: str, enqueue: str
 ) -> None:
-    task = CLAIMED[enqueue]
     killed = workers.send(task, key, "killed", 30.0)
     holder = workers.logged("start", key, "killed")
     killed_at = workers.kill(holder.pid)

@@ -100,6 +100,15 @@ def claimed(key: str, run: str, seconds: float) -> str:
     return run
 
 
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="skip")
+async def aclaimed(key: str, run: str, seconds: float) -> str:
+    note("start", key, run)
+    await asyncio.sleep(seconds)
+    note("end", key, run)
+    return run
+
+
 @task(backend="db", takes_context=True)
 @single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="raise")
 def claimed_strictly(context: TaskContext, key: str, run: str, seconds: float) -> str:
