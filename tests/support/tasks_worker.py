@@ -65,6 +65,7 @@ class Row:
 
     @property
     def final(self) -> bool:
+        """Tell whether the task is over: it succeeded or failed."""
         return self.status in FINAL
 
 
