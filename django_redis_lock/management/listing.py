@@ -68,7 +68,8 @@ read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per hol
   owner          str         the holder's owner token (for release --owner)
   min_hold_of    str|null    the owner that released it, when it is held on only for its
                              min_hold window (owner is then "min_hold:" and that token)
-  task_id        str|null    the Celery task id, if a @single_instance task holds it
+  task_id        str|null    the task id (Celery's, or a django.tasks result id), if a
+                             @single_instance task holds it
   holds          int         reentrant hold count
   ttl            float       seconds left of the lease
   held_until     str         when the lease ends, ISO 8601 in UTC

@@ -52,6 +52,9 @@ logger = logging.getLogger("django_redis_lock")
 #: What a ``django.tasks`` run records as its task queue (see :class:`~.listing.TaskRecord`).
 RUNNER = "django.tasks"
 
+#: How often an enqueue frees a claim naming a finished task, and claims again.
+STALE_ATTEMPTS = 3
+
 
 def config_of(task: Task[Any, Any]) -> SingleInstance | None:
     """Return the ``@single_instance`` settings of ``task`` as its enqueue sees its arguments.
@@ -121,19 +124,62 @@ def _enqueue_claimed(
     record = config.record(task.module_path, args, kwargs, runner=RUNNER, task_id=None)
     lease = config.enqueue_ttl + _delay(task)
     request = AcquireRequest(ttl=lease, metadata=claim_metadata(record), limit=config.limit)
-    holder = claim(config, task.module_path, name, owner, request)
-    if holder is not None:
-        return _result(task, holder, name)
+    for _ in range(STALE_ATTEMPTS):
+        try:
+            holder = claim(config, task.module_path, name, owner, request)
+        except DuplicateTaskError as exc:
+            if exc.task_id is None or not _freed_if_finished(task, config, name, exc.task_id):
+                raise
+            continue
+        if holder is None:
+            break
+        found = _result(task, holder, name)
+        if not (found.is_finished and _free_stale(config, name, holder)):
+            return found
+    else:
+        raise DuplicateTaskError(
+            f"Did not enqueue {task.module_path}: {name!r} kept naming finished tasks.",
+            lock_name=name,
+        )
     try:
         result = enqueue()
     except BaseException:
         backend.release(name, owner, 1)  # nothing was enqueued
         raise
     # The claim names its task now that the backend gave it an id: runs and enqueues look
-    # for that id.
+    # for that id. The task is enqueued whatever happens here: a claim left unnamed is
+    # freed when its lease ends.
     record["task_id"] = result.id
-    backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
+    try:
+        backend.extend(name, owner, lease, replace=True, metadata=claim_metadata(record))
+    except LockError:
+        logger.warning("Could not name task %s in its claim %r.", result.id, name, exc_info=True)
     return result
+
+
+def _freed_if_finished(
+    task: Task[Any, Any], config: SingleInstance, name: str, result_id: str
+) -> bool:
+    # Whether the claim of result_id was stale (its task finished) and is now freed.
+    if not task.get_backend().supports_get_result:
+        return False
+    try:
+        finished = task.get_result(result_id).is_finished
+    except Exception:
+        return False
+    return finished and _free_stale(config, name, result_id)
+
+
+def _free_stale(config: SingleInstance, name: str, result_id: str) -> bool:
+    # Free the claim naming a task that has finished: a run that did not see its claim named
+    # in time (its enqueue was paused before naming it) could not free it. A claim kept for
+    # a min_hold window is not stale.
+    backend, freed = locks[config.using], False
+    for info in backend.lock_info(name):
+        if task_id(info) == result_id and info.min_hold_of is None:
+            logger.warning("Freed the claim %r of task %s, which has finished.", name, result_id)
+            freed = backend.release(name, info.owner, 1) is not None or freed
+    return freed
 
 
 def _delay(task: Task[Any, Any]) -> float:
@@ -178,7 +224,7 @@ def take_over_claim(
             using=config.using,
             limit=config.limit,
             owner=owner,
-            auto_renew=True,  # a run may outlast its lease: the claim lasts as long as it
+            auto_renew=True,
         )
         if not claim.acquire(blocking=False):
             return None

@@ -6,6 +6,7 @@ when it is unset.
 """
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -84,3 +85,13 @@ LOCKS = {
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# Django's task framework (shop/jobs.py): django.tasks on Django 6.0+, else the django-tasks
+# backport (the example extra installs it), which is then an installed app. ImmediateBackend
+# runs a task at once, inside enqueue(), so the demo needs no worker; a project names a worker
+# backend here, such as django-tasks-db's "django_tasks_db.DatabaseBackend".
+if find_spec("django.tasks") is not None:
+    TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+elif find_spec("django_tasks") is not None:
+    INSTALLED_APPS.append("django_tasks")
+    TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}

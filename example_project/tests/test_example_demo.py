@@ -75,18 +75,18 @@ def test_demo__workers_take_turns_and_the_stale_write_is_refused(
     assert refused, out
     assert refused.groups() == (stale.group(1), newer.group(1))
     assert int(stale.group(1)) < int(newer.group(1))
-    assert "every lock the demo took is free again (3 locks)" in out
+    assert "every lock the demo took is free again (4 locks)" in out
 
 
 def test_demo__tells_a_story_without_log_lines(demo: subprocess.CompletedProcess[str]) -> None:
     # Every line is the demo's own: nothing on stderr (where a logger's records would go),
-    # nothing wider than 88 columns; three numbered parts, each ending with what it showed.
+    # nothing wider than 88 columns; four numbered parts, each ending with what it showed.
     assert demo.stderr == ""
     for line in demo.stdout.splitlines():
         assert len(line) <= 88, line
     parts = re.findall(r"^(\d)\. (.+)$", demo.stdout, flags=re.MULTILINE)
-    assert [number for number, _ in parts] == ["1", "2", "3"]
-    assert len(re.findall(r"^   So: ", demo.stdout, flags=re.MULTILINE)) == 3
+    assert [number for number, _ in parts] == ["1", "2", "3", "4"]
+    assert len(re.findall(r"^   So: ", demo.stdout, flags=re.MULTILINE)) == 4
 
 
 def test_demo__celery_task_runs_once_per_customer_and_skips_duplicates(
@@ -127,13 +127,34 @@ def test_demo__celery_task_runs_once_per_customer_and_skips_duplicates(
     )
 
 
+def test_demo__django_task_enqueued_from_its_own_body_is_skipped(
+    demo: subprocess.CompletedProcess[str],
+) -> None:
+    out = demo.stdout
+    enqueue = r'refresh_catalog\.enqueue\("acme"'
+    assert "4. Django tasks: a task that never runs twice at once for one supplier\n" in out
+    first = re.search(enqueue + r", notify=True\): result (\w{8}), ran\n", out)
+    assert first, out
+    # The lock's holder, while the first run ran, is that run, named by its result id.
+    holder = re.search(r"Django task shop\.jobs\.refresh_catalog \[(\w+)\] on", prose(out))
+    assert holder, out
+    assert holder.group(1)[:8] == first.group(1)
+    assert re.search(r"from its body, " + enqueue + r"\): result \w{8}, skipped\n", out)
+    skipped = "the skipped run logged: Skipped a run of task:shop.jobs.refresh_catalog:acme"
+    assert skipped in prose(out)
+    assert re.search(enqueue + r"\) once it had ended: result \w{8}, ran\n", out)
+    assert "4. refresh_catalog(acme): 2 runs, the one enqueued from inside a run skipped\n" in out
+
+
 def test_demo__more_workers_and_rounds_without_celery() -> None:
     result = run_demo("--workers", "3", "--rounds", "2", "--skip-celery")
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "The django-redis-lock demo, in 2 parts" in result.stdout
+    assert "The django-redis-lock demo, in 3 parts" in result.stdout
     assert "counter = 6, expected 6: no lost update" in result.stdout
     assert "3 workers x 2 additions" in result.stdout
     assert set(re.findall(r"worker (\d) holds invoice:42", result.stdout)) == {"1", "2", "3"}
-    assert "every lock the demo took is free again (1 lock)" in result.stdout
+    assert "every lock the demo took is free again (2 locks)" in result.stdout
+    assert "3. Django tasks: a task that never runs twice at once" in result.stdout
+    assert "3. refresh_catalog(acme): 2 runs" in result.stdout
     assert "Celery" not in result.stdout

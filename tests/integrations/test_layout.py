@@ -1,4 +1,5 @@
-"""The package's shape: no module past 400 lines, no import cycle (TYPE_CHECKING included)."""
+"""The package's shape: no module past 400 lines, no import cycle (TYPE_CHECKING included),
+and one module that imports the task framework."""
 
 from __future__ import annotations
 
@@ -84,3 +85,23 @@ def test_the_cycle_finder_sees_relative_and_typing_imports() -> None:
     found = modules()
     edges = imports_of("django_redis_lock.lock", found["django_redis_lock.lock"], set(found))
     assert "django_redis_lock._handle" in edges
+
+
+def test_only_one_module_imports_the_task_framework() -> None:
+    # django.tasks (Django 6) or its backport: chosen in one place, so neither is required.
+    importers = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            if any(
+                n.split(".")[:2] == ["django", "tasks"] or n.startswith("django_tasks")
+                for n in names
+            ):
+                importers.add(name)
+    assert importers == {"django_redis_lock.tasks._compat"}

@@ -177,6 +177,8 @@ def test_labels__never_carry_the_raw_name(metrics: LockMetrics, family: str) -> 
         ("celery:shop.tasks.bill:sha256:ab12", "celery:shop.tasks.bill"),
         ("celery:shop.tasks.nightly", "celery:shop.tasks.nightly"),
         ("celery-queued:3f2a", "celery-queued"),
+        ("task:shop.tasks.bill:42", "task:shop.tasks.bill"),
+        ("tasks:x:y", "tasks"),
         ("view:shop.views.pay:order_id=42", "view:shop.views.pay"),
         ("views:x:y", "views"),
         (":x", ""),

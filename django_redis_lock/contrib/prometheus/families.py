@@ -30,15 +30,16 @@ FAILED = "error"
 
 
 #: The package's own name prefixes whose second part (a task's or a view's name) is bounded.
-NAMED_BY_CODE = ("celery", "view")
+NAMED_BY_CODE = ("celery", "task", "view")
 
 
 def default_family(name: str) -> str:
     """Return the text of ``name`` before its first ``:`` (``-`` if it has none).
 
     The package's own names keep their second part, as it names code, not data:
-    ``@single_instance``'s ``celery:<task name>:<key>`` has the family ``celery:<task name>``,
-    and ``@lock_view``'s ``view:<view name>:<key>`` the family ``view:<view name>``.
+    ``@single_instance``'s ``celery:<task name>:<key>`` has the family ``celery:<task name>``
+    (``task:<task path>`` for ``django.tasks``), and ``@lock_view``'s
+    ``view:<view name>:<key>`` the family ``view:<view name>``.
     """
     head, colon, rest = name.partition(":")
     if not colon:

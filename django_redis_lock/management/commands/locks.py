@@ -85,7 +85,7 @@ class Command(BaseCommand):
             help="List held locks as a table, or as JSON (the default subcommand).",
             description=_paragraph(
                 "List every holder of every held lock, in SCAN order: alias, name, owner "
-                "(the Celery task, else host, pid and thread), holds, lease left, time held, "
+                "(the task, else host, pid and thread), holds, lease left, time held, "
                 "fencing token, owners waiting and a short metadata summary. Names with control "
                 "characters, a backslash or surrounding spaces are shown quoted, as Python "
                 "literals; --json gives every name exactly. `locks` alone, or followed by these "

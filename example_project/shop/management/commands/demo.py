@@ -1,9 +1,14 @@
-"""``manage.py demo``: one lock across processes, fencing, and a single-instance Celery task."""
+"""``manage.py demo``: one lock across processes, fencing, and single-instance tasks.
+
+The tasks are a Celery task run by a real worker, and a ``django.tasks`` task run on
+``ImmediateBackend``, in the demo's own process.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import os
 import subprocess
 import sys
@@ -66,11 +71,40 @@ class CeleryOutcome:
         )
 
 
+@dataclass
+class TasksOutcome:
+    """What the django.tasks part saw: the refreshes of one supplier, and the nested one."""
+
+    runs: int
+    nested: str
+
+    def counts(self) -> str:
+        """Return the runs and what became of the nested refresh, for the summary."""
+        runs = plural(self.runs, "run")
+        return f"refresh_catalog(acme): {runs}, the one enqueued from inside a run {self.nested}"
+
+    def holds(self) -> bool:
+        """Return whether the two refreshes ran and the one enqueued from inside was skipped."""
+        return (self.runs, self.nested) == (2, "skipped")
+
+
+class Messages(logging.Handler):
+    """Keep the messages of the records it handles, for the demo to tell them."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 class Command(BaseCommand):
     help = (
         "Show worker processes taking turns with one lock, a storage refusing the late write "
-        "of a holder whose lease ended, and a Celery task that runs once at a time per "
-        "customer. Uses REDIS_URL, else a throw-away Redis."
+        "of a holder whose lease ended, a Celery task that runs once at a time per customer, "
+        "and a django.tasks task that does the same per supplier. Uses REDIS_URL, else a "
+        "throw-away Redis."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -91,21 +125,17 @@ class Command(BaseCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
-    def tell(self, text: str) -> None:
+    def tell(self, text: str, indent: str = "   ") -> None:
         """Print ``text`` as a paragraph of the story: indented, wrapped to 88 columns."""
-        self.say(textwrap.fill(text, width=88, initial_indent="   ", subsequent_indent="   "))
+        self.say(textwrap.fill(text, width=88, initial_indent=indent, subsequent_indent=indent))
 
     def handle(
         self, *args: Any, workers: int, rounds: int, skip_celery: bool, **options: Any
     ) -> None:
         if workers < 2 or rounds < 1:
             raise CommandError("--workers must be at least 2 and --rounds at least 1.")
-        if not skip_celery and find_spec("celery") is None:
-            raise CommandError(
-                "Part 3 needs Celery: pip install 'django-redis-lock[example]', or pass "
-                "--skip-celery."
-            )
-        parts = 2 if skip_celery else 3
+        check_installed(celery=not skip_celery)
+        parts = 3 if skip_celery else 4
         self.say(f"The django-redis-lock demo, in {parts} parts: real processes, one Redis.")
         with contextlib.ExitStack() as stack:
             if os.environ.get("REDIS_URL"):
@@ -124,6 +154,7 @@ class Command(BaseCommand):
             counter, growing = self.show_mutual_exclusion(workers, rounds)
             stale, newest = self.show_fencing()
             celery = None if skip_celery else self.show_single_instance()
+            tasks = self.show_django_task(parts)
             self.say()
             self.say("Summary")
             verdict = "no lost update" if counter == expected else "UPDATES WERE LOST"
@@ -136,7 +167,9 @@ class Command(BaseCommand):
                 self.say(f"  2. stale write refused: token {stale} < {newest}")
             if celery is not None:
                 self.say(f"  3. {celery.counts()}")
+            self.say(f"  {parts}. {tasks.counts()}")
             names = [LOCK_NAME] + ([] if celery is None else [bill_lock(c) for c in (42, 7)])
+            names.append(catalog_lock("acme"))
             held = [name for name in names if locks["default"].locked(name)]
             if held:
                 self.say(f"  STILL HELD: {', '.join(held)}")
@@ -145,7 +178,7 @@ class Command(BaseCommand):
                     f"  every lock the demo took is free again ({plural(len(names), 'lock')})"
                 )
             self.leave_a_lock_for_the_admin()
-        failed = counter != expected or not growing or stale is None
+        failed = counter != expected or not growing or stale is None or not tasks.holds()
         if failed or (celery is not None and not celery.holds()):
             raise CommandError("The demo's invariants were violated; see the summary above.")
 
@@ -372,6 +405,60 @@ class Command(BaseCommand):
             self.say(f"       args        {data.get('args')}")
             self.say(f"       lease       {info.ttl:.1f} s left, renewed while the run lasts")
 
+    def show_django_task(self, number: int) -> TasksOutcome:
+        """Refresh a catalog that enqueues its own refresh again; then refresh it once more."""
+        from shop.jobs import lock_of, outcome, refresh_catalog
+
+        self.say()
+        self.say(f"{number}. Django tasks: a task that never runs twice at once for one supplier")
+        self.tell(
+            "shop.jobs.refresh_catalog is a django.tasks task with @single_instance("
+            'key="{supplier}", on_conflict="skip"). TASKS names ImmediateBackend, which runs '
+            "a task inside enqueue(), in this process: no worker is needed. Refreshing acme "
+            "tells the supplier, whose webhook enqueues another refresh of acme at once: from "
+            "inside the first one's body, while it holds the lock."
+        )
+        # The skipped run logs a warning: the demo tells it, instead of letting it go to stderr.
+        logged = Messages()
+        logger = logging.getLogger("django_redis_lock")
+        logger.addHandler(logged)
+        try:
+            first = refresh_catalog.enqueue("acme", notify=True)
+            later = refresh_catalog.enqueue("acme")
+        finally:
+            logger.removeHandler(logged)
+        value = first.return_value or {}
+        self.say(
+            f'   refresh_catalog.enqueue("acme", notify=True): result {first.id[:8]}, '
+            f"{outcome(first)}"
+        )
+        self.say(f'     while it ran, lock_info("{lock_of("acme")}") said:')
+        for holder in value.get("holders", []):
+            self.tell(holder, indent="       ")
+        again = value.get("again") or {"id": "?", "outcome": "not enqueued"}
+        self.say(
+            f'     from its body, refresh_catalog.enqueue("acme"): result {again["id"][:8]}, '
+            f"{again['outcome']}"
+        )
+        for message in logged.messages:
+            self.tell(f"the skipped run logged: {message}", indent="       ")
+        self.say(
+            f'   refresh_catalog.enqueue("acme") once it had ended: result {later.id[:8]}, '
+            f"{outcome(later)}"
+        )
+        runs = [outcome(first), again["outcome"], outcome(later)].count("ran")
+        result = TasksOutcome(runs=runs, nested=again["outcome"])
+        if result.holds():
+            self.tell(
+                "So: the refresh enqueued from inside the first one ran under an owner of its "
+                "own, so it did not share the first one's hold: it found the lock held and was "
+                "skipped. The next refresh, enqueued once the first had ended, ran: the lock "
+                "keeps runs apart, it does not stop them for good."
+            )
+        else:
+            self.tell("So: expected two refreshes and one skipped: @single_instance FAILED.")
+        return result
+
     def run_workers(self, argvs: list[list[str]], *, start: bool = False) -> None:
         """Run one ``demo_worker`` process per argument list and wait for all of them.
 
@@ -400,6 +487,19 @@ class Command(BaseCommand):
             raise CommandError(f"A worker failed (exit codes {codes}).")
 
 
+def check_installed(*, celery: bool) -> None:
+    """Raise CommandError if a package that a part of the demo needs is missing."""
+    if celery and find_spec("celery") is None:
+        raise CommandError(
+            "Part 3 needs Celery: pip install 'django-redis-lock[example]', or pass --skip-celery."
+        )
+    if find_spec("django.tasks") is None and find_spec("django_tasks") is None:
+        raise CommandError(
+            "The django.tasks part needs Django 6.0, or the django-tasks backport on "
+            "Django 5.2: pip install 'django-redis-lock[example]'."
+        )
+
+
 def locks_at(url: str) -> dict[str, Any]:
     """Return the ``LOCKS`` setting with the ``default`` backend pointed at ``url``."""
     value = copy.deepcopy(settings.LOCKS)
@@ -410,6 +510,11 @@ def locks_at(url: str) -> dict[str, Any]:
 def bill_lock(customer: int | str) -> str:
     """Return the name of the lock ``@single_instance`` takes to bill ``customer``."""
     return f"celery:shop.tasks.bill_customer:{customer}"
+
+
+def catalog_lock(supplier: str) -> str:
+    """Return the name of the lock ``@single_instance`` takes to refresh ``supplier``."""
+    return f"task:shop.jobs.refresh_catalog:{supplier}"
 
 
 def forget(results: list[AsyncResult]) -> None:
