@@ -33,6 +33,7 @@ import inspect
 import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -176,6 +177,9 @@ class _Run:
         # An owner of its own: a run nested in another (ImmediateBackend runs a task inside
         # the enqueue() of the body that sent it) never shares the other's hold.
         self.owner = f"task-run:{secrets.token_hex(16)}"
+        self.claim: tuple[Lock, float] | None = None
+        self.claimed_at = 0.0
+        self.started_at: float | None = None  # when the body started, holding the lock
 
     @property
     def result_id(self) -> str | None:
@@ -188,19 +192,45 @@ class _Run:
             self.name, owner=self.owner, metadata=self.record, **self.config.lock_options()
         )
 
+    def take_over_claim(self) -> None:
+        """Take over the claim of the run's task, if it has one, before waiting for the lock.
+
+        From then on the claim lasts the run's lease, renewed: a worker killed while the run
+        waits for its lock, or runs, frees it when that lease ends.
+        """
+        if self.result_id is not None:
+            self.claim = take_over_claim(self.config, self.name, self.result_id, self.record)
+            self.claimed_at = time.monotonic()
+
+    def start(self) -> None:
+        """Note that the run holds its lock, and its body starts."""
+        self.started_at = time.monotonic()
+
+    def free_claim(self) -> None:
+        """Free the run's claim: after its body, at the end of the body's min_hold window."""
+        taken, self.claim = self.claim, None
+        if taken is not None:
+            claim, window = taken
+            # The window ends with the lock's, which began when the run stopped waiting.
+            if self.started_at is None or not window:
+                taken = (claim, 0.0)
+            else:
+                taken = (claim, window + self.started_at - self.claimed_at)
+        release_claim(self.config, self.name, self.result_id, taken)
+
     def refuse(self, holders: list[Any]) -> None:
         """Skip, raise or retry, the run having found its lock held by ``holders``."""
         retry = None if self.result is None else self._retry
         try:
             refuse_run(self.config, self.name, holders, retry)
         finally:
-            release_claim(self.config, self.name, self.result_id, None)
+            self.free_claim()
 
     def _retry(self, countdown: float, error: LockNotAcquiredError) -> None:
         # The run is over: free its claim, so that the retry, enqueued as any task is, can
         # take one of its own.
         assert self.result is not None
-        release_claim(self.config, self.name, self.result_id, None)
+        self.free_claim()
         later = timezone.now() + dt.timedelta(seconds=countdown)
         try:
             again = self.result.task.using(run_after=later).enqueue(*self.args, **self.kwargs)
@@ -219,16 +249,16 @@ def _run(
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
     held: Lock = run.lock(Lock)
+    run.take_over_claim()
     try:
         held._enter()
     except LockNotAcquiredError:
         run.refuse(held.backend.lock_info(held.name))
         return None
-    claim = (
-        None
-        if run.result_id is None
-        else take_over_claim(run.config, run.name, run.result_id, run.record)
-    )
+    except BaseException:
+        run.free_claim()
+        raise
+    run.start()
     try:
         value = func(*args, **kwargs)
     except BaseException as exc:
@@ -237,7 +267,7 @@ def _run(
     else:
         held._leave()
     finally:
-        release_claim(run.config, run.name, run.result_id, claim)
+        run.free_claim()
     return value
 
 
@@ -250,17 +280,17 @@ async def _arun(
 ) -> Any:
     run = _Run(config, wrapper, func, args, kwargs)
     held: AsyncLock = run.lock(AsyncLock)
+    await asyncio.to_thread(run.take_over_claim)
     try:
         await held._enter()
     except LockNotAcquiredError:
         holders = await sync_to_async(held.backend.lock_info, thread_sensitive=False)(held.name)
         await sync_to_async(run.refuse, thread_sensitive=False)(holders)
         return None
-    claim = None
-    if run.result_id is not None:
-        claim = await asyncio.to_thread(
-            take_over_claim, run.config, run.name, run.result_id, run.record
-        )
+    except BaseException:
+        await asyncio.to_thread(run.free_claim)
+        raise
+    run.start()
     try:
         value = await func(*args, **kwargs)
     except BaseException as exc:
@@ -269,7 +299,7 @@ async def _arun(
     else:
         await held._leave()
     finally:
-        await asyncio.to_thread(release_claim, run.config, run.name, run.result_id, claim)
+        await asyncio.to_thread(run.free_claim)
     return value
 
 

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_redis_lock import locks
+from django_redis_lock import lock, locks
 from tests.support import tasks_worker
-from tests.support.helpers import locks_setting
+from tests.support.helpers import locks_setting, queued
 from tests.support.tasks_worker import Pool, assert_no_overlap, call, poll, spans
 
 pytestmark = pytest.mark.slow
@@ -260,4 +260,53 @@ def test_enqueue__a_killed_workers_claim_is_freed_when_its_lease_ends(
     accepted_at, following = poll(accepted, "an enqueue accepted", timeout=10)
     assert accepted_at >= read_at + left - 0.1, "the claim was freed before its lease ended"
     assert accepted_at - killed_at < 2.0 + 1.0, "the claim outlived its ttl"
+    assert workers.finished(following)[0].value == "next"
+
+
+def test_enqueue__a_run_killed_while_it_waits_for_its_lock_frees_its_claim_at_lease_end(
+    workers: Pool, key: str
+) -> None:
+    """on_conflict="wait": a run waiting for its lock holds its claim on its own lease."""
+    name = LOCK.format(task="claimed", key=key)
+    elsewhere = lock(name, ttl=30)  # held outside any task, by this test
+    assert elsewhere.acquire(blocking=False)
+    try:
+        waiting = workers.send("claimed", key, "waiting", 0.1)
+        poll(lambda: queued(locks["default"], name) or None, "the run waiting for its lock")
+        [worker_id] = workers.row(waiting).worker_ids
+        killed_at = workers.kill(workers.pid(worker_id))
+
+        def accepted() -> str | None:
+            [outcome] = workers.enqueue(call("claimed", key, "next", 0.1))
+            if outcome["id"] != waiting:
+                return str(outcome["id"])
+            return None
+
+        following = poll(accepted, "an enqueue accepted", timeout=10)
+        assert time.monotonic() - killed_at < 2.0 + 1.0, "the claim outlived the run's ttl"
+    finally:
+        elsewhere.release()
+    assert workers.finished(following)[0].value == "next"
+
+
+def test_enqueue__min_hold_keeps_the_claim_until_the_locks_window_ends_after_a_wait(
+    workers: Pool, key: str
+) -> None:
+    """min_hold=2: the claim is kept as long as the lock, whose window starts after a wait."""
+    name = LOCK.format(task="held_on", key=key)
+    assert lock(name, ttl=1.0).acquire(blocking=False)  # its lease ends by itself in 1 s
+    first = workers.send("held_on", key, "first", 0.0)
+    started = workers.logged("start", key, "first")
+
+    def accepted() -> tuple[float, str] | None:
+        at = time.monotonic()
+        [outcome] = workers.enqueue(call("held_on", key, "next", 0.0))
+        if "id" in outcome:
+            return at, str(outcome["id"])
+        assert_refused(outcome, "raise", first)
+        return None
+
+    accepted_at, following = poll(accepted, "an enqueue accepted", timeout=10)
+    assert accepted_at >= started.at + 2.0 - 0.1, "the claim was freed before min_hold ended"
+    assert accepted_at < started.at + 2.0 + 1.0, "the claim outlived min_hold"
     assert workers.finished(following)[0].value == "next"

@@ -114,3 +114,10 @@ async def aclaimed(key: str, run: str, seconds: float) -> str:
 def claimed_strictly(context: TaskContext, key: str, run: str, seconds: float) -> str:
     _work(key, run, seconds)
     return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="raise", min_hold=2)
+def held_on(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run

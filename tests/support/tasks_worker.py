@@ -146,6 +146,11 @@ class Pool:
         output = ROOT / "artifacts" / f"tasks-worker-{slot}.log"
         return f"worker_id={worker_id} " in output.read_text() or None
 
+    def pid(self, worker_id: str) -> int:
+        """Return the process id of the worker ``worker_id``."""
+        [pid] = [process.pid for found, process in self.workers.values() if found == worker_id]
+        return pid
+
     def kill(self, pid: int) -> float:
         """SIGKILL the worker ``pid``; return the ``time.monotonic()`` just before."""
         [(worker_id, process)] = [found for found in self.workers.values() if found[1].pid == pid]
