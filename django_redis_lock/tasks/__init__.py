@@ -33,6 +33,7 @@ import inspect
 import logging
 import os
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
@@ -177,18 +178,29 @@ class _Run:
         # the enqueue() of the body that sent it) never shares the other's hold.
         self.owner = f"task-run:{secrets.token_hex(16)}"
         self.claim: tuple[Lock, float] | None = None  # the task's claim, taken over
-        self.started = False  # whether the body started
+        self.claimed_at = 0.0
+        self.started_at: float | None = None  # when the body started, holding the lock
 
     def take_claim(self) -> None:
         """Take over the task's claim, if it has one, on the run's lease."""
         if self.result_id is not None:
             self.claim = take_over_claim(self.config, self.name, self.result_id, self.record)
+            self.claimed_at = time.monotonic()
+
+    def start(self) -> None:
+        """Note that the run holds its lock, and its body starts."""
+        self.started_at = time.monotonic()
 
     def free_claim(self) -> None:
         """Free the task's claim: the run is over. A body that ran keeps its min_hold window."""
         taken, self.claim = self.claim, None
-        if taken is not None and not self.started:
-            taken = (taken[0], 0.0)
+        if taken is not None:
+            claim, window = taken
+            # The window ends with the lock's, which began when the run stopped waiting.
+            if self.started_at is None or not window:
+                taken = (claim, 0.0)
+            else:
+                taken = (claim, window + self.started_at - self.claimed_at)
         release_claim(self.config, self.name, self.result_id, taken)
 
     @property
@@ -252,7 +264,7 @@ def _run_held(
         except LockNotAcquiredError:
             run.refuse(held.backend.lock_info(held.name))
             return None
-        run.started = True
+        run.start()
         try:
             value = func(*args, **kwargs)
         except BaseException as exc:
@@ -292,7 +304,7 @@ async def _arun_held(
             holders = await sync_to_async(backend.lock_info, thread_sensitive=False)(held.name)
             await sync_to_async(run.refuse, thread_sensitive=False)(holders)
             return None
-        run.started = True
+        run.start()
         try:
             value = await func(*args, **kwargs)
         except BaseException as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -9,9 +10,9 @@ from typing import Any
 from tests.settings import _TASKS
 
 if _TASKS == "django.tasks":
-    from django.tasks import task
+    from django.tasks import TaskContext, task
 else:
-    from django_tasks import task
+    from django_tasks import TaskContext, task
 
 from django_redis_lock.tasks import single_instance
 
@@ -33,3 +34,90 @@ calls: list[Any] = []
 def bill(customer_id: int, cents: int = 0) -> int:
     calls.append(("bill", customer_id, cents))
     return customer_id
+
+
+# The worker tests (tests/integrations/test_tasks_worker.py) run these on django-tasks-db's
+# db_worker, the alias "db". Each run logs its start and end under its key; one that takes
+# its context logs its result id as its run, and returns it.
+
+
+def _work(key: str, run: object, seconds: float) -> None:
+    note("start", key, run)
+    time.sleep(seconds)
+    note("end", key, run)
+
+
+@task(backend="db", takes_context=True)
+@single_instance(key="{key}", ttl=5)
+def exclusive(context: TaskContext, key: str, seconds: float) -> str:
+    run = str(context.task_result.id)
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="raise", ttl=5)
+def strict(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2)
+def patient(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db", takes_context=True)
+@single_instance(key="{key}", on_conflict="retry", ttl=2)
+def retrying(context: TaskContext, key: str, seconds: float) -> str:
+    run = str(context.task_result.id)
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", ttl=1)
+def renewed(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", ttl=1)
+async def arenewed(key: str, run: str, seconds: float) -> str:
+    note("start", key, run)
+    await asyncio.sleep(seconds)
+    note("end", key, run)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="skip")
+def claimed(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="skip")
+async def aclaimed(key: str, run: str, seconds: float) -> str:
+    note("start", key, run)
+    await asyncio.sleep(seconds)
+    note("end", key, run)
+    return run
+
+
+@task(backend="db", takes_context=True)
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="raise")
+def claimed_strictly(context: TaskContext, key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
+
+
+@task(backend="db")
+@single_instance(key="{key}", on_conflict="wait", timeout=10, ttl=2, enqueue="raise", min_hold=2)
+def held_on(key: str, run: str, seconds: float) -> str:
+    _work(key, run, seconds)
+    return run
