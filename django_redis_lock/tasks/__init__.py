@@ -302,7 +302,7 @@ async def _arun_held(
         except LockNotAcquiredError:
             backend = held.backend
             holders = await sync_to_async(backend.lock_info, thread_sensitive=False)(held.name)
-            await sync_to_async(run.refuse, thread_sensitive=False)(holders)
+            await sync_to_async(run.refuse, thread_sensitive=True)(holders)
             return None
         run.start()
         try:

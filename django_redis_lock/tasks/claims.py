@@ -329,9 +329,10 @@ def _claiming_aenqueue(aenqueue: Callable[..., Any]) -> Callable[..., Any]:
         if config is None:
             result: TaskResult[Any, Any] = await aenqueue(self, *args, **kwargs)
             return result
-        # The claim's round trips block: they run in a thread, the enqueue in that thread's
-        # own event loop.
-        return await sync_to_async(_enqueue_claimed, thread_sensitive=False)(
+        # The claim's round trips block, and the backend's enqueue may use the database: both
+        # run where Django runs sync database work for async code, as a backend's own
+        # aenqueue() does (thread_sensitive), so its connection is managed as usual.
+        return await sync_to_async(_enqueue_claimed, thread_sensitive=True)(
             self,
             config,
             args,
