@@ -1,6 +1,7 @@
 """Distributed locks on Redis for Django and Celery."""
 
 from .aio import AsyncLock, alock
+from .aio_multilock import AsyncMultiLock, alock_all
 from .exceptions import (
     BackendUnavailableError,
     DuplicateTaskError,
@@ -15,11 +16,13 @@ from .exceptions import (
 from .handler import locks
 from .leader import Campaign, Term, leader
 from .lock import Lock, lock
+from .multilock import MultiLock, lock_all
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AsyncLock",
+    "AsyncMultiLock",
     "BackendUnavailableError",
     "Campaign",
     "DuplicateTaskError",
@@ -31,9 +34,12 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "MultiLock",
     "Term",
     "alock",
+    "alock_all",
     "leader",
     "lock",
+    "lock_all",
     "locks",
 ]

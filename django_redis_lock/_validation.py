@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
@@ -46,6 +46,23 @@ def validate_name(name: object) -> str:
             f"Lock name must be encodable as UTF-8 ({exc.reason}): {name!r}."
         ) from None
     return name
+
+
+def validate_names(names: object) -> tuple[str, ...]:
+    """Return ``names`` (an iterable of lock names) checked, without repeats, and sorted.
+
+    One order for every caller is what keeps two acquisitions of overlapping sets, taken
+    name by name, from waiting for each other for ever.
+    """
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise LockArgumentTypeError(
+            f"names must be a list of lock names, not {type(names).__name__}: {names!r}."
+        )
+    listed = list(names)
+    checked = {validate_name(name) for name in listed}
+    if not checked:
+        raise InvalidLockArgumentError(f"names must hold at least one lock name, got {listed!r}.")
+    return tuple(sorted(checked))
 
 
 def _seconds(

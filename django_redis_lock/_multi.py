@@ -1,0 +1,192 @@
+"""What :class:`~django_redis_lock.MultiLock` and its asyncio twin share.
+
+A multi-lock is one single-name handle per name, taken one by one in one order for every
+caller (the names sorted), under one deadline, and released again, all of them, when one
+cannot be taken: callers see it held whole or not at all. Holding a name, renewing its
+lease and finding it lost are each handle's own; this module only adds them up (the
+``on_lost`` callback is called once, for the first name lost).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from ._handle import LockHandle
+from ._validation import (
+    validate_flag,
+    validate_limit,
+    validate_min_hold,
+    validate_names,
+    validate_on_lost,
+)
+from .conf import DEFAULT_ALIAS
+from .exceptions import InvalidLockArgumentError, LockLostError, LockNotAcquiredError
+
+__all__ = ["Loss", "MultiLockBase"]
+
+logger = logging.getLogger("django_redis_lock")
+
+H = TypeVar("H", bound=LockHandle)
+
+
+class Loss:
+    """The names one acquisition of a multi-lock lost, and whether its holder was told."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.names: list[str] = []
+        self.told = False
+
+    def first(self, name: str) -> bool:
+        """Record ``name`` as lost; return whether the holder is to be told now (once)."""
+        with self._lock:
+            self.names.append(name)
+            tell, self.told = not self.told, True
+            return tell
+
+    def silence(self) -> None:
+        """Tell nobody of later losses: the acquisition is being undone, not held."""
+        with self._lock:
+            self.told = True
+
+
+class MultiLockBase(Generic[H]):
+    """The arguments, members and loss book-keeping of a multi-lock; subclasses do the I/O."""
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        *,
+        ttl: float | None = None,
+        blocking: bool = True,
+        timeout: float | None = None,
+        using: str = DEFAULT_ALIAS,
+        metadata: dict[str, Any] | None = None,
+        limit: int = 1,
+        fair: bool = False,
+        auto_renew: bool | None = None,
+        max_hold: float | None = None,
+        min_hold: float = 0.0,
+        on_lost: Callable[[Any], object] | None = None,
+        raise_on_lost: bool = True,
+        owner: str | None = None,
+    ) -> None:
+        self.names = validate_names(names)
+        if validate_limit(limit) != 1:
+            raise InvalidLockArgumentError(
+                f"limit cannot be given to lock_all() (got {limit!r}): it takes each name as "
+                "a lock (limit=1), not a slot of several semaphores."
+            )
+        if validate_min_hold(min_hold):
+            raise InvalidLockArgumentError(
+                f"min_hold cannot be given to lock_all() (got {min_hold!r}): a name released "
+                "because another could not be taken must be free at once, not kept held."
+            )
+        self.on_lost = validate_on_lost(on_lost)
+        self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost")
+        self.using = using
+        # The acquisition each owner is taking or holds: its members' holds report to it.
+        self._losses: dict[str, Loss] = {}
+        self._members: tuple[H, ...] = tuple(
+            self._member(
+                name,
+                ttl=ttl,
+                blocking=blocking,
+                timeout=timeout,
+                using=using,
+                metadata=metadata,
+                fair=fair,
+                auto_renew=auto_renew,
+                max_hold=max_hold,
+                owner=owner,
+            )
+            for name in self.names
+        )
+
+    def _member(self, name: str, **arguments: Any) -> H:
+        """Return the single-name handle of ``name``, reporting its losses to this multi-lock."""
+        raise NotImplementedError("subclasses of MultiLockBase must provide a _member() method")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {list(self.names)!r} using={self.using!r}>"
+
+    @property
+    def locks(self) -> tuple[H, ...]:
+        """Return the single-name handles, one per name, in the order they are acquired."""
+        return self._members
+
+    @property
+    def fencing_tokens(self) -> dict[str, int]:
+        """Return the fencing token of each name the calling owner holds, by name.
+
+        Empty until an acquire succeeds, and again after release. Each name's token grows
+        with each new holder of that name, as :attr:`.Lock.fencing_token` does.
+        """
+        tokens = {member.name: member.fencing_token for member in self._members}
+        return {name: token for name, token in tokens.items() if token is not None}
+
+    @property
+    def lost(self) -> bool:
+        """Return whether the calling owner's hold of any name (or its last one) was lost.
+
+        Losing one name is losing the multi-lock: another owner may hold that name now.
+        """
+        return any(member.lost for member in self._members)
+
+    # Acquiring: the plan, and its outcome ------------------------------------------------------
+
+    def _owner(self) -> str:
+        return self._members[0]._owner_token()
+
+    def _start(self, timeout: float | None) -> tuple[Loss, float | None]:
+        """Start an acquisition by the calling owner; return its Loss and deadline."""
+        loss = self._losses[self._owner()] = Loss()
+        return loss, None if timeout is None else time.monotonic() + timeout
+
+    @staticmethod
+    def _left(deadline: float | None) -> float | None:
+        """Return the time left until ``deadline`` (None: no bound) for the next name."""
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _loss_of(self, owner: str) -> Loss:
+        """Return the acquisition ``owner`` is taking (for a hold being taken now)."""
+        loss = self._losses.get(owner)
+        return Loss() if loss is None else loss
+
+    def _not_acquired(self, refused: str) -> LockNotAcquiredError:
+        first = self._members[0]
+        wait = "at once" if not first.blocking else f"within {first.timeout}s"
+        return LockNotAcquiredError(
+            f"Could not acquire every lock of {list(self.names)!r} {wait}: another owner "
+            f"holds {refused!r}, so none of them was kept.",
+            lock_name=refused,
+        )
+
+    def _lost_error(self, lost: list[str]) -> LockLostError:
+        return LockLostError(
+            f"Lock(s) {lost!r} of {list(self.names)!r} were lost before the end of the hold, "
+            "so another owner may have run at the same time.",
+            lock_name=lost[0],
+        )
+
+    def _rollback_failed(self, name: str, error: Exception) -> None:
+        logger.warning(
+            "Could not release lock %r while giving up the locks of %r: %s (it is released "
+            "when the backend answers again, or when its lease ends).",
+            name,
+            list(self.names),
+            error,
+        )
+
+    def _run_on_lost(self) -> object:
+        """Call the ``on_lost`` callback with this multi-lock; its error is logged, not raised."""
+        assert self.on_lost is not None
+        try:
+            return self.on_lost(self)
+        except Exception:
+            logger.exception("The on_lost callback of the locks %r failed.", list(self.names))
+            return None

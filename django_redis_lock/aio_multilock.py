@@ -1,0 +1,196 @@
+"""Several locks at once in asyncio code: :func:`alock_all` returns an :class:`AsyncMultiLock`.
+
+The twin of :mod:`django_redis_lock.multilock`, as :class:`~django_redis_lock.AsyncLock` is
+of :class:`~django_redis_lock.Lock`: the same names, order and rules, awaited; the owner is
+the calling asyncio task, and a task cancelled while acquiring keeps none of the names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ._multi import Loss, MultiLockBase
+from ._tasks import keep_until_done
+from .aio import AsyncLock
+from .exceptions import LockError, LockLostError, LockNotOwnedError
+
+__all__ = ["AsyncMultiLock", "alock_all"]
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class _AsyncMember(AsyncLock):
+    """A name of an asyncio multi-lock: an :class:`AsyncLock` whose loss is the multi-lock's."""
+
+    multi: AsyncMultiLock
+
+    def _on_lost_callback(self) -> Callable[[], None] | None:
+        # Called as the hold is taken, by its task: the callback runs on that task's loop.
+        loss, loop, name = (
+            self.multi._loss_of(self._owner_token()),
+            asyncio.get_running_loop(),
+            self.name,
+        )
+
+        def on_holders_loop() -> None:
+            if loss.first(name) and self.multi.on_lost is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
+                    loop.call_soon_threadsafe(self.multi._tell)
+
+        return on_holders_loop
+
+
+class AsyncMultiLock(MultiLockBase[AsyncLock]):
+    """The locks ``names`` for asyncio code, held together; see :class:`~.MultiLock`.
+
+    ``await m.acquire()``, ``await m.release()``, ``await m.check()``, ``async with
+    alock_all(names):``. ``on_lost`` is called on the holder's event loop; if it returns an
+    awaitable, that is run as a task there.
+    """
+
+    def _member(self, name: str, **arguments: Any) -> AsyncLock:
+        member = _AsyncMember(name, **arguments)
+        member.multi = self
+        return member
+
+    def _tell(self) -> None:
+        result = self._run_on_lost()
+        if inspect.isawaitable(result):
+            task = keep_until_done(asyncio.ensure_future(result))
+            task.add_done_callback(self._told)
+
+    def _told(self, task: asyncio.Future[object]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "The on_lost callback of the locks %r failed.",
+                list(self.names),
+                exc_info=task.exception(),
+            )
+
+    # Acquiring and releasing -----------------------------------------------------------------
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire every name, or none; see :meth:`.MultiLock.acquire`.
+
+        A task cancelled while acquiring keeps none of the names.
+        """
+        arguments = self._members[0]._acquire_arguments(blocking, timeout)
+        return await self._take(*arguments) is None
+
+    async def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
+        """Take every name; return None, or the name that could not be taken (none kept)."""
+        loss, deadline = self._start(timeout)
+        taken: list[AsyncLock] = []
+        try:
+            for member in self._members:
+                left = self._left(deadline) if blocking else None
+                if not await member._acquire(blocking, left, renew):
+                    await self._give_back(loss, taken)
+                    return member.name
+                taken.append(member)
+        except BaseException:
+            await self._give_back(loss, taken)
+            raise
+        return None
+
+    async def _give_back(self, loss: Loss, taken: list[AsyncLock]) -> None:
+        """Release what an acquisition that failed took, last first, even when cancelled."""
+        loss.silence()
+        cancelled: asyncio.CancelledError | None = None
+        for member in reversed(taken):
+            try:
+                await member.release()
+            except LockError as error:  # a lease already ended, or the backend is away
+                self._rollback_failed(member.name, error)
+            except asyncio.CancelledError as error:  # the release was finished all the same
+                cancelled = error
+        if cancelled is not None:
+            raise cancelled
+
+    async def release(self) -> None:
+        """Drop one hold of every name; see :meth:`.MultiLock.release`."""
+        not_owned: list[str] = []
+        errors: list[BaseException] = []
+        for member in reversed(self._members):
+            try:
+                await member.release()
+            except LockNotOwnedError:
+                not_owned.append(member.name)
+            except (LockError, asyncio.CancelledError) as error:  # the others still go
+                errors.append(error)
+        _raise_cancelled(errors)
+        if not_owned:
+            raise LockNotOwnedError(
+                f"Cannot release lock(s) {sorted(not_owned)!r} of {list(self.names)!r}: this "
+                "owner does not hold them (never acquired, already released, or lost).",
+                lock_name=min(not_owned),
+            )
+        if errors:
+            raise errors[0]
+
+    async def check(self) -> None:
+        """Raise :class:`LockLostError` naming every name lost; see :meth:`.MultiLock.check`."""
+        lost: list[str] = []
+        for member in self._members:
+            try:
+                await member.check()
+            except LockLostError:
+                lost.append(member.name)
+        if lost:
+            raise self._lost_error(lost)
+
+    # Inspection ------------------------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """Return whether any owner holds any of the names."""
+        return any([await member.locked() for member in self._members])
+
+    async def owned(self) -> bool:
+        """Return whether the calling task holds every name."""
+        return all([await member.owned() for member in self._members])
+
+    # Context manager -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncMultiLock:
+        refused = await self._take(*self._members[0]._block_arguments())
+        if refused is not None:
+            raise self._not_acquired(refused)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lost: list[str] = []
+        errors: list[BaseException] = []
+        for member in reversed(self._members):
+            try:
+                await member._leave()
+            except LockLostError:
+                lost.append(member.name)
+            except (LockError, asyncio.CancelledError) as error:  # the others still go
+                errors.append(error)
+        _raise_cancelled(errors)
+        if errors:
+            raise errors[0]
+        if lost and exc is None and self.raise_on_lost:
+            raise self._lost_error(sorted(lost))
+
+
+def _raise_cancelled(errors: list[BaseException]) -> None:
+    """Raise the cancellation among ``errors``, once every name has been seen to."""
+    for error in errors:
+        if isinstance(error, asyncio.CancelledError):
+            raise error
+
+
+#: ``alock_all(names, ...)`` builds an :class:`AsyncMultiLock`: ``async with alock_all([...]):``.
+alock_all = AsyncMultiLock

@@ -1,0 +1,172 @@
+"""Several locks at once: :func:`lock_all` returns a :class:`MultiLock`.
+
+The names are taken one by one, in one order for every caller (sorted), so two multi-locks
+over overlapping sets never wait for each other for ever; one that cannot take a name in
+time gives back those it took before it returns. See "Several locks at once" in the docs.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ._multi import Loss, MultiLockBase
+from .exceptions import LockError, LockLostError, LockNotOwnedError
+from .lock import Lock
+
+__all__ = ["MultiLock", "lock_all"]
+
+
+class _Member(Lock):
+    """A name of a multi-lock: a :class:`Lock` whose loss is the multi-lock's."""
+
+    multi: MultiLock
+
+    def _on_lost_callback(self) -> Callable[[], None] | None:
+        # Called as the hold is taken, by its owner: bound to the acquisition under way.
+        loss = self.multi._loss_of(self._owner_token())
+        return functools.partial(self.multi._member_lost, loss, self.name)
+
+
+class MultiLock(MultiLockBase[Lock]):
+    """The locks ``names``, held together: all of them, or none.
+
+    It takes the arguments of :class:`Lock` (``limit`` and ``min_hold`` excepted), applied to
+    every name; ``timeout`` bounds the whole acquisition. The names are de-duplicated and
+    sorted, and acquired in that order; when one cannot be acquired (the timeout passed,
+    a non-blocking try was refused, an error, an interruption) every name already taken is
+    released before :meth:`acquire` returns False or the error is raised.
+
+    Losing one name is losing the multi-lock: :attr:`lost` turns true, :meth:`check` raises
+    :class:`~django_redis_lock.LockLostError` naming the lost names, ``on_lost(multi_lock)``
+    is called once, for the first name lost, and leaving the ``with`` block raises
+    ``LockLostError`` (only logged with ``raise_on_lost=False``). Each name is renewed,
+    held and reentrant exactly as a :class:`Lock` of that name.
+    """
+
+    def _member(self, name: str, **arguments: Any) -> Lock:
+        member = _Member(name, **arguments)
+        member.multi = self
+        return member
+
+    def _member_lost(self, loss: Loss, name: str) -> None:
+        if loss.first(name) and self.on_lost is not None:
+            self._run_on_lost()
+
+    # Acquiring and releasing -----------------------------------------------------------------
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire every name, or none; return whether they were acquired.
+
+        ``blocking`` and ``timeout`` mean what they mean to :meth:`Lock.acquire`; the timeout
+        bounds the acquisition of all the names together. Whatever was taken is released
+        again before False is returned or an error raised.
+        """
+        arguments = self._members[0]._acquire_arguments(blocking, timeout)
+        return self._take(*arguments) is None
+
+    def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
+        """Take every name; return None, or the name that could not be taken (none kept)."""
+        loss, deadline = self._start(timeout)
+        taken: list[Lock] = []
+        try:
+            for member in self._members:
+                if not member._acquire(
+                    blocking, self._left(deadline) if blocking else None, renew
+                ):
+                    self._give_back(loss, taken)
+                    return member.name
+                taken.append(member)
+        except BaseException:
+            self._give_back(loss, taken)
+            raise
+        return None
+
+    def _give_back(self, loss: Loss, taken: list[Lock]) -> None:
+        """Release what an acquisition that failed took, last first; its errors are logged."""
+        loss.silence()
+        for member in reversed(taken):
+            try:
+                member.release()
+            except LockError as error:  # a lease already ended, or the backend is away
+                self._rollback_failed(member.name, error)
+
+    def release(self) -> None:
+        """Drop one hold of every name; see :meth:`Lock.release`.
+
+        Every name is released even if one of them fails; then :class:`LockNotOwnedError`
+        names those the caller did not hold (never acquired, released, or lost), and any
+        other error is raised.
+        """
+        not_owned: list[str] = []
+        errors: list[LockError] = []
+        for member in reversed(self._members):
+            try:
+                member.release()
+            except LockNotOwnedError:
+                not_owned.append(member.name)
+            except LockError as error:
+                errors.append(error)
+        if not_owned:
+            raise LockNotOwnedError(
+                f"Cannot release lock(s) {sorted(not_owned)!r} of {list(self.names)!r}: this "
+                "owner does not hold them (never acquired, already released, or lost).",
+                lock_name=min(not_owned),
+            )
+        if errors:
+            raise errors[0]
+
+    def check(self) -> None:
+        """Raise :class:`LockLostError` naming each name lost; see :meth:`Lock.check`."""
+        lost: list[str] = []
+        for member in self._members:
+            try:
+                member.check()
+            except LockLostError:
+                lost.append(member.name)
+        if lost:
+            raise self._lost_error(lost)
+
+    # Inspection ------------------------------------------------------------------------------
+
+    def locked(self) -> bool:
+        """Return whether any owner holds any of the names."""
+        return any(member.locked() for member in self._members)
+
+    def owned(self) -> bool:
+        """Return whether the calling owner holds every name."""
+        return all(member.owned() for member in self._members)
+
+    # Context manager -------------------------------------------------------------------------
+
+    def __enter__(self) -> MultiLock:
+        refused = self._take(*self._members[0]._block_arguments())
+        if refused is not None:
+            raise self._not_acquired(refused)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        lost: list[str] = []
+        errors: list[LockError] = []
+        for member in reversed(self._members):
+            try:
+                member._leave()
+            except LockLostError:
+                lost.append(member.name)
+            except LockError as error:
+                errors.append(error)
+        if errors:
+            raise errors[0]
+        if lost and exc is None and self.raise_on_lost:
+            raise self._lost_error(sorted(lost))
+
+
+#: ``lock_all(names, ...)`` builds a :class:`MultiLock`: ``with lock_all([...]):``.
+lock_all = MultiLock
