@@ -152,6 +152,20 @@ class MultiLockBase(Generic[H]):
         """Return the time left until ``deadline`` (None: no bound) for the next name."""
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
+    def _ended(self) -> str | None:
+        """Return a name whose lease, taken by this acquisition, ended meanwhile (else None).
+
+        Without renewal, the lease of a name taken first can end while the last ones are
+        waited for: the names are not all held then, and the acquisition starts again.
+        """
+        now = time.monotonic()
+        for member in self._members:
+            hold = member._hold()
+            ends = None if hold is None else hold.ends if hold.lease is None else hold.lease.ends
+            if hold is None or ends is None or hold.lost_reason is not None or now >= ends:
+                return member.name
+        return None
+
     def _loss_of(self, owner: str) -> Loss:
         """Return the acquisition ``owner`` is taking (for a hold being taken now)."""
         loss = self._losses.get(owner)

@@ -70,19 +70,25 @@ class MultiLock(MultiLockBase[Lock]):
     def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
         loss, deadline = self._start(timeout)
-        taken: list[Lock] = []
-        try:
-            for member in self._members:
-                if not member._acquire(
-                    blocking, self._left(deadline) if blocking else None, renew
-                ):
-                    self._give_back(loss, taken)
-                    return member.name
-                taken.append(member)
-        except BaseException:
-            self._give_back(loss, taken)
-            raise
-        return None
+        while True:
+            taken: list[Lock] = []
+            try:
+                for member in self._members:
+                    left = self._left(deadline) if blocking else None
+                    if not member._acquire(blocking, left, renew):
+                        self._give_back(loss, taken)
+                        return member.name
+                    taken.append(member)
+            except BaseException:
+                self._give_back(loss, taken)
+                raise
+            ended = self._ended()
+            if ended is None:
+                return None
+            self._give_back(loss, taken)  # and start again, if there is time left
+            if not blocking or self._left(deadline) == 0:
+                return ended
+            loss = self._start(None)[0]
 
     def _give_back(self, loss: Loss, taken: list[Lock]) -> None:
         """Release what an acquisition that failed took, last first; its errors are logged."""

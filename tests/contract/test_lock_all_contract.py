@@ -135,6 +135,22 @@ def test_lock_all__waits_for_every_name_then_holds_them(using: str) -> None:
         other.stop()
 
 
+def test_lock_all__a_lease_that_ends_while_waiting_for_the_rest_is_taken_again(
+    using: str,
+) -> None:
+    # acquire() does not renew: a's lease (0.4 s) ends while c is held for 1 s more.
+    other = OtherOwner(using, "all:c")
+    threading.Timer(1.0, other.stop).start()
+    multi = lock_all(NAMES, using=using, ttl=0.4)
+    assert multi.acquire(timeout=10)
+    try:
+        multi.check()  # every name is held now, with a lease that has not ended
+        assert not multi.lost
+    finally:
+        multi.release()
+    other.stop()
+
+
 def test_lock_all__an_error_while_acquiring_gives_back_what_was_taken(using: str) -> None:
     multi = lock_all(NAMES, using=using)
 
