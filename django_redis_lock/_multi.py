@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -25,6 +26,7 @@ from ._validation import (
 )
 from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockLostError, LockNotAcquiredError
+from .holds import Hold
 
 __all__ = ["Loss", "MultiLockBase"]
 
@@ -34,24 +36,18 @@ H = TypeVar("H", bound=LockHandle)
 
 
 class Loss:
-    """The names one acquisition of a multi-lock lost, and whether its holder was told."""
+    """One acquisition of a multi-lock: the holds it took, and whether its holder was told."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.names: list[str] = []
+        self.holds: list[Hold] = []
         self.told = False
 
-    def first(self, name: str) -> bool:
-        """Record ``name`` as lost; return whether the holder is to be told now (once)."""
+    def tell(self) -> bool:
+        """Return whether the holder is to be told of a loss now: the first time only."""
         with self._lock:
-            self.names.append(name)
             tell, self.told = not self.told, True
             return tell
-
-    def silence(self) -> None:
-        """Tell nobody of later losses: the acquisition is being undone, not held."""
-        with self._lock:
-            self.told = True
 
 
 class MultiLockBase(Generic[H]):
@@ -89,8 +85,9 @@ class MultiLockBase(Generic[H]):
         self.on_lost = validate_on_lost(on_lost)
         self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost")
         self.using = using
-        # The acquisition each owner is taking or holds: its members' holds report to it.
-        self._losses: dict[str, Loss] = {}
+        # Each hold of a held acquisition, to that acquisition: a loss is told once per one.
+        self._bound: weakref.WeakKeyDictionary[Hold, Loss] = weakref.WeakKeyDictionary()
+        self._binding = threading.Lock()
         self._members: tuple[H, ...] = tuple(
             self._member(
                 name,
@@ -103,6 +100,7 @@ class MultiLockBase(Generic[H]):
                 auto_renew=auto_renew,
                 max_hold=max_hold,
                 owner=owner,
+                on_lost=self._on_member_lost,
             )
             for name in self.names
         )
@@ -139,13 +137,9 @@ class MultiLockBase(Generic[H]):
 
     # Acquiring: the plan, and its outcome ------------------------------------------------------
 
-    def _owner(self) -> str:
-        return self._members[0]._owner_token()
-
-    def _start(self, timeout: float | None) -> tuple[Loss, float | None]:
-        """Start an acquisition by the calling owner; return its Loss and deadline."""
-        loss = self._losses[self._owner()] = Loss()
-        return loss, None if timeout is None else time.monotonic() + timeout
+    @staticmethod
+    def _deadline(timeout: float | None) -> float | None:
+        return None if timeout is None else time.monotonic() + timeout
 
     @staticmethod
     def _left(deadline: float | None) -> float | None:
@@ -166,10 +160,36 @@ class MultiLockBase(Generic[H]):
                 return member.name
         return None
 
-    def _loss_of(self, owner: str) -> Loss:
-        """Return the acquisition ``owner`` is taking (for a hold being taken now)."""
-        loss = self._losses.get(owner)
-        return Loss() if loss is None else loss
+    def _bind(self) -> Loss:
+        """Tie the caller's holds of every name to one acquisition, and return it.
+
+        A hold the caller had before (a reentrant acquire) stays tied to the acquisition
+        that took it first.
+        """
+        loss = Loss()
+        with self._binding:
+            for member in self._members:
+                hold = member._hold()
+                if hold is not None and self._bound.setdefault(hold, loss) is loss:
+                    loss.holds.append(hold)
+        return loss
+
+    def _unbind(self, loss: Loss) -> None:
+        """Untie the holds of an acquisition being given back: their losses are no news."""
+        with self._binding:
+            for hold in loss.holds:
+                self._bound.pop(hold, None)
+
+    def _on_member_lost(self, member: LockHandle) -> object:
+        """Call ``on_lost(self)`` for the first lost hold of an acquisition; return its result.
+
+        Each name's handle calls this with itself when one of its holds is lost (where its
+        own ``on_lost`` would run), and records the lost hold before it does.
+        """
+        with self._binding:
+            losses = {self._bound.get(hold) for hold in list(member._lost.values())}
+        told = [loss.tell() for loss in losses if loss is not None]
+        return self.on_lost(self) if any(told) and self.on_lost is not None else None
 
     def _not_acquired(self, refused: str) -> LockNotAcquiredError:
         first = self._members[0]
@@ -195,12 +215,3 @@ class MultiLockBase(Generic[H]):
             list(self.names),
             error,
         )
-
-    def _run_on_lost(self) -> object:
-        """Call the ``on_lost`` callback with this multi-lock; its error is logged, not raised."""
-        assert self.on_lost is not None
-        try:
-            return self.on_lost(self)
-        except Exception:
-            logger.exception("The on_lost callback of the locks %r failed.", list(self.names))
-            return None

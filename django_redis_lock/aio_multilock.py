@@ -8,42 +8,14 @@ the calling asyncio task, and a task cancelled while acquiring keeps none of the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
-import logging
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ._multi import Loss, MultiLockBase
-from ._tasks import keep_until_done
+from ._multi import MultiLockBase
 from .aio import AsyncLock
 from .exceptions import LockError, LockLostError, LockNotOwnedError
 
 __all__ = ["AsyncMultiLock", "alock_all"]
-
-logger = logging.getLogger("django_redis_lock")
-
-
-class _AsyncMember(AsyncLock):
-    """A name of an asyncio multi-lock: an :class:`AsyncLock` whose loss is the multi-lock's."""
-
-    multi: AsyncMultiLock
-
-    def _on_lost_callback(self) -> Callable[[], None] | None:
-        # Called as the hold is taken, by its task: the callback runs on that task's loop.
-        loss, loop, name = (
-            self.multi._loss_of(self._owner_token()),
-            asyncio.get_running_loop(),
-            self.name,
-        )
-
-        def on_holders_loop() -> None:
-            if loss.first(name) and self.multi.on_lost is not None:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
-                    loop.call_soon_threadsafe(self.multi._tell)
-
-        return on_holders_loop
 
 
 class AsyncMultiLock(MultiLockBase[AsyncLock]):
@@ -55,23 +27,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
     """
 
     def _member(self, name: str, **arguments: Any) -> AsyncLock:
-        member = _AsyncMember(name, **arguments)
-        member.multi = self
-        return member
-
-    def _tell(self) -> None:
-        result = self._run_on_lost()
-        if inspect.isawaitable(result):
-            task = keep_until_done(asyncio.ensure_future(result))
-            task.add_done_callback(self._told)
-
-    def _told(self, task: asyncio.Future[object]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            logger.error(
-                "The on_lost callback of the locks %r failed.",
-                list(self.names),
-                exc_info=task.exception(),
-            )
+        return AsyncLock(name, **arguments)
 
     # Acquiring and releasing -----------------------------------------------------------------
 
@@ -85,30 +41,30 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
 
     async def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
-        loss, deadline = self._start(timeout)
+        deadline = self._deadline(timeout)
         while True:
             taken: list[AsyncLock] = []
             try:
                 for member in self._members:
                     left = self._left(deadline) if blocking else None
                     if not await member._acquire(blocking, left, renew):
-                        await self._give_back(loss, taken)
+                        await self._give_back(taken)
                         return member.name
                     taken.append(member)
+                loss = self._bind()
             except BaseException:
-                await self._give_back(loss, taken)
+                await self._give_back(taken)
                 raise
             ended = self._ended()
             if ended is None:
                 return None
-            await self._give_back(loss, taken)  # and start again, if there is time left
+            self._unbind(loss)
+            await self._give_back(taken)  # and start again, if there is time left
             if not blocking or self._left(deadline) == 0:
                 return ended
-            loss = self._start(None)[0]
 
-    async def _give_back(self, loss: Loss, taken: list[AsyncLock]) -> None:
+    async def _give_back(self, taken: list[AsyncLock]) -> None:
         """Release what an acquisition that failed took, last first, even when cancelled."""
-        loss.silence()
         cancelled: asyncio.CancelledError | None = None
         for member in reversed(taken):
             try:

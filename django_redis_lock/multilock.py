@@ -7,27 +7,14 @@ time gives back those it took before it returns. See "Several locks at once" in 
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ._multi import Loss, MultiLockBase
+from ._multi import MultiLockBase
 from .exceptions import LockError, LockLostError, LockNotOwnedError
 from .lock import Lock
 
 __all__ = ["MultiLock", "lock_all"]
-
-
-class _Member(Lock):
-    """A name of a multi-lock: a :class:`Lock` whose loss is the multi-lock's."""
-
-    multi: MultiLock
-
-    def _on_lost_callback(self) -> Callable[[], None] | None:
-        # Called as the hold is taken, by its owner: bound to the acquisition under way.
-        loss = self.multi._loss_of(self._owner_token())
-        return functools.partial(self.multi._member_lost, loss, self.name)
 
 
 class MultiLock(MultiLockBase[Lock]):
@@ -47,13 +34,7 @@ class MultiLock(MultiLockBase[Lock]):
     """
 
     def _member(self, name: str, **arguments: Any) -> Lock:
-        member = _Member(name, **arguments)
-        member.multi = self
-        return member
-
-    def _member_lost(self, loss: Loss, name: str) -> None:
-        if loss.first(name) and self.on_lost is not None:
-            self._run_on_lost()
+        return Lock(name, **arguments)
 
     # Acquiring and releasing -----------------------------------------------------------------
 
@@ -69,30 +50,30 @@ class MultiLock(MultiLockBase[Lock]):
 
     def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
-        loss, deadline = self._start(timeout)
+        deadline = self._deadline(timeout)
         while True:
             taken: list[Lock] = []
             try:
                 for member in self._members:
                     left = self._left(deadline) if blocking else None
                     if not member._acquire(blocking, left, renew):
-                        self._give_back(loss, taken)
+                        self._give_back(taken)
                         return member.name
                     taken.append(member)
+                loss = self._bind()
             except BaseException:
-                self._give_back(loss, taken)
+                self._give_back(taken)
                 raise
             ended = self._ended()
             if ended is None:
                 return None
-            self._give_back(loss, taken)  # and start again, if there is time left
+            self._unbind(loss)
+            self._give_back(taken)  # and start again, if there is time left
             if not blocking or self._left(deadline) == 0:
                 return ended
-            loss = self._start(None)[0]
 
-    def _give_back(self, loss: Loss, taken: list[Lock]) -> None:
+    def _give_back(self, taken: list[Lock]) -> None:
         """Release what an acquisition that failed took, last first; its errors are logged."""
-        loss.silence()
         for member in reversed(taken):
             try:
                 member.release()

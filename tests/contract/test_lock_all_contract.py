@@ -18,6 +18,7 @@ import pytest
 from django_redis_lock import (
     AsyncMultiLock,
     InvalidLockArgumentError,
+    Lock,
     LockArgumentTypeError,
     LockLostError,
     LockNotAcquiredError,
@@ -29,6 +30,7 @@ from django_redis_lock import (
     lock_all,
     locks,
 )
+from django_redis_lock.signals import lock_acquired
 from tests.support.helpers import aeventually, eventually, in_thread
 
 NAMES = ["all:c", "all:a", "all:b"]
@@ -141,7 +143,8 @@ def test_lock_all__a_lease_that_ends_while_waiting_for_the_rest_is_taken_again(
     # acquire() does not renew: a's lease (0.4 s) ends while c is held for 1 s more.
     other = OtherOwner(using, "all:c")
     threading.Timer(1.0, other.stop).start()
-    multi = lock_all(NAMES, using=using, ttl=0.4)
+    told: list[object] = []
+    multi = lock_all(NAMES, using=using, ttl=0.4, on_lost=told.append)
     assert multi.acquire(timeout=10)
     try:
         multi.check()  # every name is held now, with a lease that has not ended
@@ -149,6 +152,7 @@ def test_lock_all__a_lease_that_ends_while_waiting_for_the_rest_is_taken_again(
     finally:
         multi.release()
     other.stop()
+    assert told == [], "a lease that ended before the acquisition succeeded is no loss of it"
 
 
 def test_lock_all__an_error_while_acquiring_gives_back_what_was_taken(using: str) -> None:
@@ -283,6 +287,21 @@ def test_lock_all__a_failed_acquisition_reports_no_loss(using: str) -> None:
         other.stop()
     time.sleep(0.2)
     assert told == []
+
+
+def test_lock_all__each_name_is_signalled_as_a_lock(using: str) -> None:
+    senders: list[tuple[object, str]] = []
+
+    def receiver(sender: object, name: str, **kwargs: Any) -> None:
+        senders.append((sender, name))
+
+    lock_acquired.connect(receiver, sender=Lock)
+    try:
+        with lock_all(NAMES, using=using):
+            pass
+    finally:
+        lock_acquired.disconnect(receiver, sender=Lock)
+    assert senders == [(Lock, name) for name in sorted(NAMES)]
 
 
 # asyncio -----------------------------------------------------------------------------------
