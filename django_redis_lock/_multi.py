@@ -28,14 +28,14 @@ from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockLostError, LockNotAcquiredError
 from .holds import Hold
 
-__all__ = ["Loss", "MultiLockBase"]
+__all__ = ["Acquisition", "MultiLockBase"]
 
 logger = logging.getLogger("django_redis_lock")
 
 H = TypeVar("H", bound=LockHandle)
 
 
-class Loss:
+class Acquisition:
     """One acquisition of a multi-lock: the holds it took, and whether its holder was told."""
 
     def __init__(self) -> None:
@@ -86,7 +86,7 @@ class MultiLockBase(Generic[H]):
         self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost")
         self.using = using
         # Each hold of a held acquisition, to that acquisition: a loss is told once per one.
-        self._bound: weakref.WeakKeyDictionary[Hold, Loss] = weakref.WeakKeyDictionary()
+        self._bound: weakref.WeakKeyDictionary[Hold, Acquisition] = weakref.WeakKeyDictionary()
         self._binding = threading.Lock()
         self._members: tuple[H, ...] = tuple(
             self._member(
@@ -160,24 +160,24 @@ class MultiLockBase(Generic[H]):
                 return member.name
         return None
 
-    def _bind(self) -> Loss:
+    def _bind(self) -> Acquisition:
         """Tie the caller's holds of every name to one acquisition, and return it.
 
         A hold the caller had before (a reentrant acquire) stays tied to the acquisition
         that took it first.
         """
-        loss = Loss()
+        acquisition = Acquisition()
         with self._binding:
             for member in self._members:
                 hold = member._hold()
-                if hold is not None and self._bound.setdefault(hold, loss) is loss:
-                    loss.holds.append(hold)
-        return loss
+                if hold is not None and self._bound.setdefault(hold, acquisition) is acquisition:
+                    acquisition.holds.append(hold)
+        return acquisition
 
-    def _unbind(self, loss: Loss) -> None:
+    def _unbind(self, acquisition: Acquisition) -> None:
         """Untie the holds of an acquisition being given back: their losses are no news."""
         with self._binding:
-            for hold in loss.holds:
+            for hold in acquisition.holds:
                 self._bound.pop(hold, None)
 
     def _on_member_lost(self, member: LockHandle) -> object:
@@ -187,16 +187,16 @@ class MultiLockBase(Generic[H]):
         own ``on_lost`` would run), and records the lost hold before it does.
         """
         with self._binding:
-            losses = {self._bound.get(hold) for hold in list(member._lost.values())}
-        told = [loss.tell() for loss in losses if loss is not None]
+            taken = {self._bound.get(hold) for hold in list(member._lost.values())}
+        told = [acquisition.tell() for acquisition in taken if acquisition is not None]
         return self.on_lost(self) if any(told) and self.on_lost is not None else None
 
     def _not_acquired(self, refused: str) -> LockNotAcquiredError:
         first = self._members[0]
         wait = "at once" if not first.blocking else f"within {first.timeout}s"
         return LockNotAcquiredError(
-            f"Could not acquire every lock of {list(self.names)!r} {wait}: another owner "
-            f"holds {refused!r}, so none of them was kept.",
+            f"Could not acquire every lock of {list(self.names)!r} {wait}: {refused!r} could "
+            "not be taken, so none of them was kept.",
             lock_name=refused,
         )
 

@@ -60,14 +60,14 @@ class MultiLock(MultiLockBase[Lock]):
                         self._give_back(taken)
                         return member.name
                     taken.append(member)
-                loss = self._bind()
+                acquisition = self._bind()
             except BaseException:
                 self._give_back(taken)
                 raise
             ended = self._ended()
             if ended is None:
                 return None
-            self._unbind(loss)
+            self._unbind(acquisition)
             self._give_back(taken)  # and start again, if there is time left
             if not blocking or self._left(deadline) == 0:
                 return ended
