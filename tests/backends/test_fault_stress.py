@@ -3,7 +3,8 @@
 Processes (some running asyncio tasks) take one lock with short leases, random holds (some
 longer than the lease, so renewal runs), random timeouts and nested acquires, while a chaos
 thread stops, resumes and kills them, holders and waiters alike. ``STRESS_SECONDS`` sets the
-length of the run on Redis (default 45); Redlock and Cluster run a third of it.
+length of the run on Redis (default 45); Redlock and Cluster run a third of it, and so does
+the run of ``lock_all`` over several names (tests/support/stress_lock_all.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from django_redis_lock.testing.topologies import IndependentMasters, RedisClusterServers
-from tests.support import stress
+from tests.support import stress, stress_lock_all
 
 pytestmark = pytest.mark.slow
 
@@ -52,3 +53,12 @@ def test_stress__cluster(prefix: str, tmp_path: Path) -> None:
             "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
         )
         assert_explained(stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3))
+
+
+def test_stress__lock_all_redis(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    setting = backend("redis.RedisBackend", url=redis_url, key_prefix=prefix, socket_timeout=2)
+    reports = stress_lock_all.run(setting, tmp_path, processes=8, seconds=SECONDS / 3)
+    assert sorted(reports) == [f"stress:{n}" for n in range(6)]
+    for name, report in reports.items():
+        print(name, end=": ")
+        assert_explained(report)
