@@ -8,14 +8,20 @@ the calling asyncio task, and a task cancelled while acquiring keeps none of the
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ._multi import MultiLockBase
 from .aio import AsyncLock
-from .exceptions import LockError, LockLostError, LockNotOwnedError
+from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 
 __all__ = ["AsyncMultiLock", "alock_all"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class AsyncMultiLock(MultiLockBase[AsyncLock]):
@@ -146,6 +152,21 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
             raise errors[0]
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(sorted(lost))
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate the coroutine function ``func`` so each call runs holding every name."""
+        if not inspect.iscoroutinefunction(func):
+            raise LockArgumentTypeError(
+                f"alock_all() decorates coroutine functions; {func!r} is not one. Use "
+                "lock_all() for plain functions."
+            )
+
+        @functools.wraps(func)
+        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self:
+                return await func(*args, **kwargs)
+
+        return locked_call
 
 
 def _raise_cancelled(errors: list[BaseException]) -> None:

@@ -7,14 +7,20 @@ time gives back those it took before it returns. See "Several locks at once" in 
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from ._multi import MultiLockBase
-from .exceptions import LockError, LockLostError, LockNotOwnedError
+from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 from .lock import Lock
 
 __all__ = ["MultiLock", "lock_all"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class MultiLock(MultiLockBase[Lock]):
@@ -153,6 +159,22 @@ class MultiLock(MultiLockBase[Lock]):
             raise errors[0]
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(sorted(lost))
+
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
+        """Decorate ``func`` so each call runs while holding every name."""
+        if inspect.iscoroutinefunction(func):
+            raise LockArgumentTypeError(
+                f"lock_all() cannot decorate the coroutine function {func.__qualname__}: it "
+                "would hold the locks while the coroutine is created, not while it runs. "
+                "Use alock_all() for coroutine functions."
+            )
+
+        @functools.wraps(func)
+        def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self:
+                return func(*args, **kwargs)
+
+        return locked_call
 
 
 #: ``lock_all(names, ...)`` builds a :class:`MultiLock`: ``with lock_all([...]):``.

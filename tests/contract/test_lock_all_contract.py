@@ -232,6 +232,16 @@ def test_lock_all__overlapping_sets_in_threads_never_deadlock_or_overlap(using: 
     assert overlaps == []
 
 
+def test_lock_all__decorates_a_function_holding_every_name(using: str) -> None:
+    @lock_all(NAMES, using=using)
+    def work(amount: int, *, twice: bool = False) -> tuple[set[str], int]:
+        return held_names(using, NAMES), amount * (2 if twice else 1)
+
+    assert work(3, twice=True) == (set(NAMES), 6)
+    assert work.__name__ == "work"
+    assert held_names(using, NAMES) == set()
+
+
 # Loss --------------------------------------------------------------------------------------
 
 
@@ -379,6 +389,26 @@ async def test_alock_all__losing_one_name_is_reported_once(using: str) -> None:
     assert caught.value.lock_name == "all:b"
     assert await aheld_names(using, NAMES) == set()
     assert told == [multi]
+
+
+async def test_alock_all__decorates_a_coroutine_function(using: str) -> None:
+    @alock_all(NAMES, using=using)
+    async def work(amount: int) -> tuple[set[str], int]:
+        return await aheld_names(using, NAMES), amount
+
+    assert await work(4) == (set(NAMES), 4)
+    assert await aheld_names(using, NAMES) == set()
+
+
+def test_lock_all__decorating_the_wrong_kind_of_function_is_refused() -> None:
+    async def coroutine_function() -> None: ...
+
+    def plain() -> None: ...
+
+    with pytest.raises(LockArgumentTypeError, match="Use alock_all"):
+        lock_all(NAMES)(coroutine_function)
+    with pytest.raises(LockArgumentTypeError, match="Use lock_all"):
+        alock_all(NAMES)(plain)  # type: ignore[arg-type]
 
 
 # Bad arguments -----------------------------------------------------------------------------
