@@ -350,12 +350,12 @@ def _holder_of(config: SingleInstance, task_name: str, name: str) -> str | None:
     # taken a moment ago may not name its task yet: its send records the id once it has it.
     backend = locks[config.using]
     deadline = time.monotonic() + NAMING_WAIT
-    holders = backend.lock_info(name)
-    ids = [found for info in holders if (found := task_id(info)) is not None]
-    while holders and not ids and config.enqueue == "skip" and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while True:
         holders = backend.lock_info(name)
         ids = [found for info in holders if (found := task_id(info)) is not None]
+        if not holders or ids or config.enqueue != "skip" or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
     if not holders:
         return None
     if config.enqueue == "raise" or not ids:

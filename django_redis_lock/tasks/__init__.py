@@ -179,6 +179,7 @@ class _Run:
         self.owner = f"task-run:{secrets.token_hex(16)}"
         self.claim: tuple[Lock, float] | None = None  # the task's claim, taken over
         self.claimed_at = 0.0
+        self.claim_freed = False
         self.started_at: float | None = None  # when the body started, holding the lock
 
     def take_claim(self) -> None:
@@ -192,7 +193,14 @@ class _Run:
         self.started_at = time.monotonic()
 
     def free_claim(self) -> None:
-        """Free the task's claim: the run is over. A body that ran keeps its min_hold window."""
+        """Free the task's claim: the run is over. A body that ran keeps its min_hold window.
+
+        Once only: a retry frees it before it enqueues, and the run's end then has nothing
+        left to look up.
+        """
+        if self.claim_freed:
+            return
+        self.claim_freed = True
         taken, self.claim = self.claim, None
         if taken is not None:
             claim, window = taken
@@ -217,10 +225,7 @@ class _Run:
     def refuse(self, holders: list[Any]) -> None:
         """Skip, raise or retry, the run having found its lock held by ``holders``."""
         retry = None if self.result is None else self._retry
-        try:
-            refuse_run(self.config, self.name, holders, retry)
-        finally:
-            self.free_claim()
+        refuse_run(self.config, self.name, holders, retry)
 
     def _retry(self, countdown: float, error: LockNotAcquiredError) -> None:
         # The run is over: free its claim, so that the retry, enqueued as any task is, can
