@@ -12,17 +12,20 @@ from .exceptions import (
     LockLostError,
     LockNotAcquiredError,
     LockNotOwnedError,
+    LockUpgradeError,
 )
 from .handler import locks
 from .leader import Campaign, Term, leader
 from .lock import Lock, lock
 from .multilock import MultiLock, lock_all
+from .rwlock import AsyncReadWriteLock, ReadWriteLock, arwlock, rwlock
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AsyncLock",
     "AsyncMultiLock",
+    "AsyncReadWriteLock",
     "BackendUnavailableError",
     "Campaign",
     "DuplicateTaskError",
@@ -34,12 +37,16 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "LockUpgradeError",
     "MultiLock",
+    "ReadWriteLock",
     "Term",
     "alock",
     "alock_all",
+    "arwlock",
     "leader",
     "lock",
     "lock_all",
     "locks",
+    "rwlock",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._validation import (
     validate_flag,
@@ -42,11 +42,14 @@ _HOLDER_CACHE = 256
 
 #: The holder details of handles without metadata, shared: each ``lock(name)`` is a new
 #: handle, and its holder reads the same as the last one's in that thread.
-_holders_without_metadata: dict[tuple[str, int], bytes] = {}
+_holders_without_metadata: dict[tuple[str, int, str | None], bytes] = {}
 
 
 class LockArguments:
     """The arguments of a lock handle, checked; subclasses say who the calling owner is."""
+
+    #: The side of a read-write lock that the handle takes, as listings show it (None: a lock).
+    mode: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -95,7 +98,7 @@ class LockArguments:
         self.on_lost = validate_on_lost(on_lost, lock_name=name)
         self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost", lock_name=name)
         self.owner = validate_owner(owner, lock_name=name)
-        self._holder_cache: dict[tuple[str, int], bytes] = {}
+        self._holder_cache: dict[tuple[str, int, str | None], bytes] = {}
         # The holds this handle found lost, by owner, so ``lost`` still answers after release.
         self._lost: dict[str, Hold] = {}
 
@@ -161,13 +164,13 @@ class LockArguments:
     def _holder_json(self) -> bytes:
         """Return the holder details recorded with a hold of the caller (see holder_metadata)."""
         # Serialised once per thread or task name, and again in a forked child (its pid differs).
-        key = (self._where(), os.getpid())
+        key = (self._where(), os.getpid(), self.mode)
         cache = self._holder_cache if self.metadata else _holders_without_metadata
         cached = cache.get(key)
         if cached is None:
             if len(cache) >= _HOLDER_CACHE:
                 cache.clear()
             cached = cache[key] = holder_metadata(
-                host=HOST, pid=key[1], thread=key[0], data=self.metadata
+                host=HOST, pid=key[1], thread=key[0], data=self.metadata, mode=self.mode
             )
         return cached

@@ -9,6 +9,7 @@ all. Configuration mistakes are different: they derive from Django's
     │   └── DuplicateTaskError      a task with the same key is queued or running already
     ├── LockNotOwnedError           release/extend by an owner that does not hold the lock
     ├── LockLostError               the lease ended (or was taken) while the holder worked
+    ├── LockUpgradeError            a reader asked to write while reading (also a RuntimeError)
     ├── BackendUnavailableError     Redis did not answer in time, or refused the command
     └── InvalidLockArgumentError    a bad name, ttl, timeout or metadata (also a ValueError)
         └── LockArgumentTypeError   an argument of the wrong type (also a TypeError)
@@ -31,6 +32,7 @@ __all__ = [
     "LockLostError",
     "LockNotAcquiredError",
     "LockNotOwnedError",
+    "LockUpgradeError",
 ]
 
 
@@ -65,6 +67,14 @@ class LockNotOwnedError(LockError):
 
 class LockLostError(LockError):
     """The holder's lease ended, or another owner took the lock, before release."""
+
+
+class LockUpgradeError(LockError, RuntimeError):
+    """An owner asked for a stricter hold than the one it has: a reader asked to write.
+
+    A read hold never becomes a write hold while it is held (two readers upgrading at once
+    would wait for each other for ever): release the read hold, then acquire the write one.
+    """
 
 
 class BackendUnavailableError(LockError):

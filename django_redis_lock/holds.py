@@ -62,6 +62,8 @@ class Hold:
     fencing_token: int
     acquired_at: float
     count: int = 1
+    #: The most holders it shares the lock with (``limit``; see ``AcquireRequest.limit``).
+    limit: int = 1
     #: The id of the last acquire that took or counted this hold (see ``withdraw``).
     attempt: str = ""
     #: When the lease taken by the last acquire ends, as this process knows it (renewal

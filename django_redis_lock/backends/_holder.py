@@ -9,11 +9,21 @@ __all__ = ["holder_metadata", "parse_holder_metadata"]
 
 
 def holder_metadata(
-    *, host: str, pid: int, thread: str, data: dict[str, Any] | None = None
+    *,
+    host: str,
+    pid: int,
+    thread: str,
+    data: dict[str, Any] | None = None,
+    mode: str | None = None,
 ) -> bytes:
-    """Return the JSON a holder records (UTF-8): where it runs, and the user's own ``data``."""
-    text = json.dumps({"host": host, "pid": pid, "thread": thread, "data": data or {}})
-    return text.encode()
+    """Return the JSON a holder records (UTF-8): where it runs, and the user's own ``data``.
+
+    ``mode`` is ``"read"`` or ``"write"`` for a side of a read-write lock (None: a lock).
+    """
+    holder = {"host": host, "pid": pid, "thread": thread, "data": data or {}}
+    if mode is not None:
+        holder["mode"] = mode
+    return json.dumps(holder).encode()
 
 
 def parse_holder_metadata(text: str | bytes) -> dict[str, Any]:

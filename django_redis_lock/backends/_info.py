@@ -19,7 +19,8 @@ class LockInfo:
     A lock with ``limit`` > 1 (a semaphore) yields one ``LockInfo`` per holder. Durations
     are measured on the backend's clock, so clock skew between machines does not matter.
     ``host``, ``pid`` and ``thread`` say where the holder runs; ``metadata`` is the dict the
-    holder passed to :func:`~django_redis_lock.lock`.
+    holder passed to :func:`~django_redis_lock.lock`. ``mode`` is ``"read"`` or ``"write"``
+    for a holder of a read-write lock (:func:`~django_redis_lock.rwlock`), else None.
 
     A hold kept after its release until its ``min_hold`` window ends is held by nobody: its
     ``owner`` is :data:`MIN_HOLD_PREFIX` and the token of the owner that released it, which
@@ -38,6 +39,7 @@ class LockInfo:
     thread: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     min_hold_of: str | None = None
+    mode: str | None = None
     #: How many owners wait for the lock (live registrations), as ``waiters()`` lists them.
     waiting: int = 0
 
@@ -88,6 +90,7 @@ def _holder_details(metadata: str | bytes) -> dict[str, Any]:
         "pid": _typed(holder.get("pid"), int),
         "thread": _typed(holder.get("thread"), str),
         "metadata": data if isinstance(data, dict) else {},
+        "mode": holder.get("mode") if holder.get("mode") in ("read", "write") else None,
     }
 
 
@@ -101,7 +104,7 @@ class WaiterInfo:
     ``expires_in`` the seconds its registration has left: a waiter that dies or gives up drops
     out of the queue when its registration ends, if it did not leave it before. ``host``,
     ``pid``, ``thread`` and ``metadata`` are the holder details it registered, as
-    :class:`LockInfo` has them (a Celery task's id is in ``metadata``).
+    :class:`LockInfo` has them (a Celery task's id is in ``metadata``), and so is ``mode``.
     """
 
     name: str
@@ -115,6 +118,7 @@ class WaiterInfo:
     pid: int | None = None
     thread: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    mode: str | None = None
 
     @property
     def next(self) -> bool:

@@ -22,6 +22,7 @@ from ._options import OptionRules, Problem
 
 __all__ = [
     "MIN_HOLD_PREFIX",
+    "SHARED",
     "AcquireRequest",
     "AcquireResult",
     "BaseLockBackend",
@@ -34,6 +35,11 @@ __all__ = [
     "holder_metadata",
     "parse_holder_metadata",
 ]
+
+
+#: The ``limit`` of a reader of a read-write lock: unbounded, so readers share the lock with
+#: each other, but never with a writer (limit 1). The Lua scripts keep limits as integers.
+SHARED = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +67,9 @@ class AcquireResult(NamedTuple):
     ``holds`` its hold count and ``lease`` the seconds its lease has left. On failure
     ``retry_after`` is the number of seconds until the earliest current lease ends, so a
     waiter never sleeps past it. ``lost`` says the owner knew of holds (``holds`` > 0 was
-    asked) but its lease had ended: nothing was taken.
+    asked) but its lease had ended: nothing was taken. ``stricter`` says the owner holds the
+    lock under a larger ``limit`` than it asked for (a reader asking to write): nothing was
+    taken, since a hold is never made stricter while it is held.
     """
 
     acquired: bool
@@ -70,6 +78,7 @@ class AcquireResult(NamedTuple):
     retry_after: float | None = None
     lease: float | None = None
     lost: bool = False
+    stricter: bool = False
 
 
 class Grant(NamedTuple):
@@ -114,8 +123,17 @@ class BaseLockBackend(OptionRules):
         handed to it: its short grant becomes a lease of ``ttl`` and its hold is returned
         without counting another.
 
+        ``request.limit`` is the most owners that may hold the lock together with this one.
+        Each hold keeps the limit it was taken under, and no hold is joined by more holders
+        than its own limit allows: a writer (limit 1) holds alone, and readers (an unbounded
+        limit) share the lock with readers only. A newcomer does not pass a live waiter that
+        asks for a smaller limit (a reader does not pass a waiting writer). A reentrant
+        acquire asking for a smaller limit than its hold's takes nothing, and the result says
+        ``stricter``.
+
         Given ``request.holds``, the owner's hold count becomes ``holds + 1``: a hold the
-        caller did not know of (left by an acquire it saw fail) is never inherited, and with
+        caller did not know of (left by an acquire it saw fail) is never inherited (one of
+        another limit is dropped, and the owner asks afresh), and with
         ``holds`` > 0 and no live lease nothing is taken and the result says ``lost``.
         ``request.attempt`` is recorded with the hold and any registration, for
         :meth:`withdraw`.

@@ -46,6 +46,8 @@ class _Holder:
     holds: int = 1
     #: When the hold was taken, on the monotonic clock (``acquired_at`` is wall time).
     since: float = 0.0
+    #: The most holders it shares the lock with (see ``AcquireRequest.limit``).
+    limit: int = 1
 
 
 @dataclass
@@ -118,14 +120,33 @@ class LocMemBackend(BaseLockBackend):
         self._fences[name] = token
         now = time.monotonic()
         entry.holders[owner] = _Holder(
-            now + lease, token, time.time(), request.metadata, request.attempt, since=now
+            now + lease,
+            token,
+            time.time(),
+            request.metadata,
+            request.attempt,
+            since=now,
+            limit=request.limit,
         )
         return token
+
+    @staticmethod
+    def _admits(entry: _Entry, limit: int) -> bool:
+        # One more holder reaches neither its own limit nor any holder's.
+        return len(entry.holders) < min([limit, *(h.limit for h in entry.holders.values())])
+
+    @staticmethod
+    def _queued(entry: _Entry, owner: str, request: AcquireRequest) -> bool:
+        # Whether the owner is served in queue order: fair, or a reader behind a writer.
+        return bool(entry.queue) and (
+            request.fair
+            or any(w.limit < request.limit for o, w in entry.queue.items() if o != owner)
+        )
 
     def _handoff(self, name: str, entry: _Entry, now: float) -> None:
         while entry.queue:
             owner, waiter = next(iter(entry.queue.items()))
-            if len(entry.holders) >= waiter.limit:
+            if not self._admits(entry, waiter.limit):
                 return
             del entry.queue[owner]
             lease = min(waiter.lease, CLAIM_SECONDS)
@@ -157,6 +178,11 @@ class LocMemBackend(BaseLockBackend):
             entry.queue[owner].since if owner in entry.queue else time.time(),
         )
         holder = entry.holders.get(owner)
+        if holder is not None and holder.limit != request.limit and request.holds == 0:
+            del entry.holders[owner]  # left by an acquire the owner saw fail: it asks afresh
+            holder = None
+        if holder is not None and request.limit < holder.limit:
+            return AcquireResult(False, stricter=True)
         if holder is not None:
             if request.claim:
                 entry.grants.pop(owner, None)
@@ -168,7 +194,8 @@ class LocMemBackend(BaseLockBackend):
         if request.holds:
             return AcquireResult(False, lost=True)
         waits = waiter.ends > now
-        if request.fair and entry.queue:
+        queued = self._queued(entry, owner, request)
+        if queued:
             if waits:
                 entry.queue[owner] = waiter  # re-registering keeps the owner's first place
             self._handoff(name, entry, now)
@@ -177,7 +204,7 @@ class LocMemBackend(BaseLockBackend):
                 mine = entry.holders[owner]
                 mine.ends = now + request.ttl  # the lease asked for, not a grant's
                 return AcquireResult(True, mine.fencing_token, 1, lease=request.ttl)
-        if len(entry.holders) < request.limit and not (request.fair and entry.queue):
+        if self._admits(entry, request.limit) and not (queued and entry.queue):
             entry.queue.pop(owner, None)
             token = self._hold(name, entry, owner, request.ttl, waiter)
             return AcquireResult(True, token, 1, lease=request.ttl)

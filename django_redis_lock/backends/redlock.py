@@ -28,7 +28,15 @@ from ._redis.options import (
     URL_SCHEMES,
     url_problems,
 )
-from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, LockInfo, Problem
+from .base import (
+    SHARED,
+    AcquireRequest,
+    AcquireResult,
+    BaseLockBackend,
+    Grant,
+    LockInfo,
+    Problem,
+)
 from .redis import RedisBackend
 
 __all__ = ["RedlockBackend"]
@@ -181,6 +189,13 @@ class RedlockBackend(BaseLockBackend):
     def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         # ``wait``, ``fair`` and ``claim`` have no meaning without a queue: every attempt is a
         # plain try on each master (see "Waiting is a retry" in docs/backends.rst).
+        if request.limit == SHARED:
+            raise InvalidLockArgumentError(
+                "RedlockBackend does not support read-write locks: it keeps no queue of "
+                "waiters, so a waiting writer could not stop new readers, and would starve. "
+                "Use a RedisBackend (or Sentinel or Cluster) alias for read-write locks.",
+                lock_name=name,
+            )
         if request.limit != 1:
             raise InvalidLockArgumentError(
                 f"RedlockBackend does not support semaphores (limit={request.limit!r}): slot "

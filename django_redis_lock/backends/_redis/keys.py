@@ -167,7 +167,7 @@ def _ends(registration: bytes) -> int:
 
 def _info(name: str, owner: str, record: bytes, now_ms: int, waiting: int) -> LockInfo | None:
     """Return a holder's record (see ``lua/_prelude.lua``) as a LockInfo; None if it ended."""
-    ends, holds, fence, acquired_at, _attempt, metadata = record.split(b" ", 5)
+    ends, holds, fence, acquired_at, _limit, _attempt, metadata = record.split(b" ", 6)
     if int(ends) <= now_ms:
         return None
     return LockInfo.from_record(

@@ -77,11 +77,14 @@ def extend_args(
 def acquired(reply: list[Any]) -> AcquireResult:
     """Return the acquire script's reply as an AcquireResult.
 
-    The reply is ``{1, fence, holds, lease ms}``, ``{0, ms until a lease ends}``, or ``{-1}``
-    for a known hold whose lease ended.
+    The reply is ``{1, fence, holds, lease ms}``, ``{0, ms until a lease ends}``, ``{-1}``
+    for a known hold whose lease ended, or ``{-2}`` for a hold that the acquire would make
+    stricter (a reader asking to write).
     """
     if reply[0] == -1:
         return AcquireResult(False, lost=True)
+    if reply[0] == -2:
+        return AcquireResult(False, stricter=True)
     if reply[0] == 1:
         return AcquireResult(
             True, fencing_token=int(reply[1]), holds=int(reply[2]), lease=int(reply[3]) / 1000

@@ -13,18 +13,21 @@ local function now()
   return clock_ms
 end
 
--- A holder's record: "<lease end ms> <holds> <fencing token> <acquired at ms> <attempt>
--- <metadata JSON>", the attempt being the client's id of the acquire that last took or re-took
--- the hold (so a late undo touches only that attempt).
-local function record(ends, holds, fence, at, attempt, meta)
-  return string.format('%.0f %d %s %.0f %s ', ends, holds, fence, at, attempt) .. meta
+-- A holder's record: "<lease end ms> <holds> <fencing token> <acquired at ms> <limit>
+-- <attempt> <metadata JSON>", the limit being the most holders the hold was taken to share
+-- the lock with (1: exclusive, a writer; a reader's is unbounded), and the attempt the
+-- client's id of the acquire that last took or re-took the hold (so a late undo touches only
+-- that attempt).
+local function record(ends, holds, fence, at, limit, attempt, meta)
+  return string.format('%.0f %d %s %.0f %d %s ', ends, holds, fence, at, limit, attempt) .. meta
 end
 
--- Return a record's lease end, holds, fencing token (a string), acquired at, attempt, meta.
+-- Return a record's lease end, holds, fencing token (a string), acquired at, attempt, meta
+-- and limit.
 local function parse(text)
-  local ends, holds, fence, at, attempt, meta =
-    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%S*) (.*)$')
-  return tonumber(ends), tonumber(holds), fence, tonumber(at), attempt, meta
+  local ends, holds, fence, at, limit, attempt, meta =
+    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%S*) (.*)$')
+  return tonumber(ends), tonumber(holds), fence, tonumber(at), attempt, meta, tonumber(limit)
 end
 
 -- A new fencing token for a lease of ``lease`` ms (as a string): the server's clock in
@@ -110,9 +113,34 @@ local function settle()
   end
 end
 
+-- Whether one more owner, taken to share the lock with ``limit`` holders at most, may join the
+-- holders: neither its limit nor any holder's is reached. A writer (limit 1) is thus alone,
+-- and readers (unbounded) share the lock with readers only.
+local function admits(limit)
+  local count = 0
+  for _, text in pairs(records()) do
+    local _, _, _, _, _, _, held_limit = parse(text)
+    count, limit = count + 1, math.min(limit, held_limit)
+  end
+  return count < limit
+end
+
+-- Whether a live waiter other than owner asks for fewer holders than ``limit`` (a writer,
+-- where a reader asks): a newcomer does not pass it, so readers never starve a writer.
+local function stricter_waiter(owner, limit)
+  local all = redis.call('HGETALL', K_waiters)
+  for i = 1, #all, 2 do
+    local ends, _, waiting_limit = string.match(all[i + 1], '^(%d+) (%d+) (%d+) ')
+    if all[i] ~= owner and ends and tonumber(ends) > now() and tonumber(waiting_limit) < limit then
+      return true
+    end
+  end
+  return false
+end
+
 -- Make owner a holder with one hold; return its fencing token (as a string), above every
 -- token the other holders have and ``above`` (a token just released, or nil).
-local function hold(owner, lease, meta, fence_ttl, attempt, above)
+local function hold(owner, lease, limit, meta, fence_ttl, attempt, above)
   for _, text in pairs(records()) do
     local _, _, fence = parse(text)
     if not above or tonumber(fence) > tonumber(above) then
@@ -120,7 +148,8 @@ local function hold(owner, lease, meta, fence_ttl, attempt, above)
     end
   end
   local fence = new_fence(fence_ttl, lease, above)
-  redis.call('HSET', K_holders, owner, record(now() + lease, 1, fence, now(), attempt, meta))
+  redis.call('HSET', K_holders, owner,
+    record(now() + lease, 1, fence, now(), limit, attempt, meta))
   return fence
 end
 
@@ -148,12 +177,12 @@ local function handoff(fence_ttl, above)
     end
     if not ends or tonumber(ends) <= now() then
       leave_queue(head)
-    elseif redis.call('HLEN', K_holders) >= tonumber(limit) then
+    elseif not admits(tonumber(limit)) then
       return
     else
       leave_queue(head)
       local granted = math.min(tonumber(lease), CLAIM_MS)
-      local fence = hold(head, granted, meta, fence_ttl, attempt, above)
+      local fence = hold(head, granted, tonumber(limit), meta, fence_ttl, attempt, above)
       local signal = base .. 's:' .. head
       redis.call('RPUSH', signal, fence .. ' ' .. granted)
       redis.call('PEXPIRE', signal, granted)

@@ -1,7 +1,8 @@
 -- Take a lease on the lock (or one slot of a semaphore) for an owner; reentrant. An owner
 -- that must wait may register in the queue, to be handed the lock at a release.
 -- KEYS[1] holders (see the prelude for the other keys)
--- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once)
+-- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once: 1 for a lock or a
+-- writer, unbounded for a reader; no holder is joined by more holders than its own allows)
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long a durable fence outlives the lease (ms;
 -- 0: no durable fence)  ARGV[6] ms the registration lives if the owner must wait ('0': do not
 -- wait, and leave the queue)  ARGV[7] flags: 'f' for fair (FIFO) order, 'c' to claim a lock
@@ -14,7 +15,9 @@
 -- attempt withdrawn already (its client gave up on it) takes nothing if it arrives late
 -- Returns {1, fencing token, hold count, lease ms left} when acquired,
 --         {0, ms until the earliest current lease ends} when not,
---         {-1} when the owner knew of holds (ARGV[8] > 0) but its lease has ended.
+--         {-1} when the owner knew of holds (ARGV[8] > 0) but its lease has ended,
+--         {-2} when the owner holds the lock under a larger limit than it asks for now (a
+--              reader asking to write): a hold is never made stricter while it is held.
 local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local known, attempt = tonumber(ARGV[8]), ARGV[9]
@@ -23,16 +26,18 @@ local known, attempt = tonumber(ARGV[8]), ARGV[9]
 -- on several keys fails when one of them is missing.
 if flags == '-' and fence_ttl == 0 and not (known and known > 0)
     and redis.call('EXISTS', K_holders) == 0
-    and redis.call('EXISTS', base .. 'x:' .. attempt) == 0 then
+    and redis.call('EXISTS', base .. 'x:' .. attempt) == 0
+    and (limit == 1 or redis.call('EXISTS', base .. 'q') == 0) then
   -- The common case: nobody holds the lock, and this is a first, non-fair attempt not
-  -- withdrawn already (owners waiting, if any, are served at its release). One hash field,
+  -- withdrawn already (owners waiting, if any, are served at its release; a reader leaves
+  -- them to the slow path, which lets no reader pass a waiting writer). One hash field,
   -- one expiry; the fencing token is the server's clock in microseconds (see new_fence()),
   -- and the record is the one record() writes.
   local clock = redis.call('TIME')
   local at = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local fence = string.format('%s%06d', clock[1], clock[2])
   redis.call('HSET', K_holders, owner,
-    string.format('%.0f 1 %s %.0f %s ', at + lease, fence, at, attempt) .. meta)
+    string.format('%.0f 1 %s %.0f %d %s ', at + lease, fence, at, limit, attempt) .. meta)
   redis.call('PEXPIREAT', K_holders, at + lease - 1)
   return {1, tonumber(fence), 1, lease}
 end
@@ -45,14 +50,22 @@ if attempt ~= '' and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
 end
 
 local function take()
-  local fence = hold(owner, lease, meta, fence_ttl, attempt)
+  local fence = hold(owner, lease, limit, meta, fence_ttl, attempt)
   settle()
   return {1, tonumber(fence), 1, lease}
 end
 
 -- The owner holds the lock already (a nested acquire, or the claim of a lock handed to it):
 -- lengthen its lease, and count one more hold unless claiming.
-local current, holds, fence, at, _, held_meta = live(owner)
+local current, holds, fence, at, _, held_meta, held_limit = live(owner)
+if current and held_limit ~= limit and known == 0 then
+  -- Left by an acquire the owner saw fail, and taken under another limit: no hold of the
+  -- owner's to take over; it asks afresh.
+  redis.call('HDEL', K_holders, owner)
+  current = nil
+elseif current and limit < held_limit then
+  return {-2}
+end
 if current then
   if claim then
     redis.call('DEL', base .. 's:' .. owner)
@@ -62,11 +75,12 @@ if current then
     holds = holds + 1
   end
   local ends = math.max(current, now() + lease)
-  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, held_meta))
+  redis.call('HSET', K_holders, owner,
+    record(ends, holds, fence, at, held_limit, attempt, held_meta))
   settle()
   return {1, tonumber(fence), holds, ends - now()}
 end
-local holders = purge()
+purge()
 if known and known > 0 then
   return {-1}
 end
@@ -84,7 +98,9 @@ local function register()
 end
 
 local waiting = redis.call('EXISTS', K_queue) == 1
-if fair and waiting then
+-- A reader queues behind a waiting writer as if it were fair, so writers never starve.
+local queued = waiting and (fair or (limit > 1 and stricter_waiter(owner, limit)))
+if queued then
   -- Free slots go to the longest-waiting live owners, this one perhaps among them.
   if wait_ms > 0 then
     register()
@@ -95,15 +111,15 @@ if fair and waiting then
   if current then
     -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
     redis.call('DEL', base .. 's:' .. owner)
-    redis.call('HSET', K_holders, owner, record(now() + lease, 1, fence, at, attempt, held_meta))
+    redis.call('HSET', K_holders, owner,
+      record(now() + lease, 1, fence, at, limit, attempt, held_meta))
     settle()
     return {1, tonumber(fence), 1, lease}
   end
   waiting = redis.call('EXISTS', K_queue) == 1
-  holders = redis.call('HLEN', K_holders)
 end
 
-if holders < limit and not (fair and waiting) then
+if admits(limit) and not (queued and waiting) then
   -- A free slot, and nobody to respect: take it.
   if waiting then
     leave_queue(owner)

@@ -8,7 +8,7 @@
 --! helpers
 
 local owner, ms = ARGV[1], tonumber(ARGV[2])
-local current, holds, fence, at, attempt, meta = live(owner)
+local current, holds, fence, at, attempt, meta, limit = live(owner)
 if not current then
   return -1
 end
@@ -19,7 +19,7 @@ local ends = current + ms
 if ARGV[3] == '1' then
   ends = now() + ms
 end
-redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, meta))
+redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, limit, attempt, meta))
 if redis.call('HLEN', K_holders) == 1 then
   redis.call('PEXPIREAT', K_holders, ends - 1)  -- a lone holder: its lease is the key's
 else

@@ -30,7 +30,7 @@ end
 
 --! helpers
 
-local ends, _, fence, at, attempt, meta = parse(text)
+local ends, _, fence, at, attempt, meta, limit = parse(text)
 -- A lone holder's key expires with its lease, so finding it proves its lease is live; among
 -- several holders (a semaphore) the key outlives the shorter leases: ask the clock.
 local live = #sample == 2 or ends > now()
@@ -38,7 +38,7 @@ if not live then
   return -1
 end
 if holds > 0 then
-  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, attempt, meta))
+  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, limit, attempt, meta))
   return holds
 end
 
@@ -52,7 +52,7 @@ if window_ends > now() then
   local pseudo = 'min_hold:' .. owner
   local kept = redis.call('HGET', K_holders, pseudo)
   window_ends = math.max(window_ends, kept and parse(kept) or 0)
-  redis.call('HSET', K_holders, pseudo, record(window_ends, 0, fence, at, attempt, meta))
+  redis.call('HSET', K_holders, pseudo, record(window_ends, 0, fence, at, limit, attempt, meta))
 end
 if #sample > 2 then
   purge()

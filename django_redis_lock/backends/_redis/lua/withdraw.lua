@@ -21,7 +21,7 @@ if registration
     and (attempt == '' or string.match(registration, '^%d+ %d+ %d+ (%S*) ') == attempt) then
   leave_queue(owner)
 end
-local current, holds, fence, at, held_attempt, meta = live(owner)
+local current, holds, fence, at, held_attempt, meta, limit = live(owner)
 local mine = attempt == '' or (current and held_attempt == attempt)
 if mine then
   redis.call('DEL', base .. 's:' .. owner)
@@ -29,7 +29,8 @@ end
 holds = holds or 0
 if mine and holds > keep then
   if keep > 0 then
-    redis.call('HSET', K_holders, owner, record(current, keep, fence, at, held_attempt, meta))
+    redis.call('HSET', K_holders, owner,
+      record(current, keep, fence, at, limit, held_attempt, meta))
     return keep
   end
   redis.call('HDEL', K_holders, owner)
