@@ -24,6 +24,7 @@ from django_redis_lock import (
     alock,
     lock,
     locks,
+    rwlock,
 )
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redlock import RedlockBackend
@@ -224,6 +225,15 @@ def test_lock__a_timed_out_wait_respects_its_timeout(redlock: RedlockBackend) ->
 def test_lock__semaphores_are_refused(redlock: RedlockBackend) -> None:
     with pytest.raises(InvalidLockArgumentError, match="semaphores"):
         lock("sem", using="redlock", limit=2).acquire()
+
+
+def test_rwlock__readers_are_refused_with_the_reason(redlock: RedlockBackend) -> None:
+    rw = rwlock("report", using="redlock")
+    with pytest.raises(InvalidLockArgumentError, match="read-write locks") as caught:
+        rw.read().acquire()
+    assert "a waiting writer could not stop new readers" in str(caught.value)
+    assert caught.value.lock_name == "report"
+    assert not redlock.locked("report")
 
 
 async def test_alock__acquire_and_release(redlock: RedlockBackend) -> None:

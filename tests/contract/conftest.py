@@ -24,6 +24,7 @@ CAPABILITIES = {
     "waiter_queue": "waiters are queued, and handed the lock at release",
     "fair_order": "fair=True serves waiters in the order they came",
     "processes": "locks are shared by every process that uses the backend",
+    "read_write": "rwlock(): readers share the lock, and a waiting writer stops new readers",
 }
 
 
@@ -54,6 +55,8 @@ BACKENDS = {
             "waiters and hand nothing over at release (docs/backends.rst)",
             "fair_order": "Redlock waits by retrying, without a queue: fair=True cannot give "
             "first-come-first-served order (docs/backends.rst)",
+            "read_write": "Redlock refuses read-write locks: without a queue, a waiting writer "
+            "cannot stop new readers, and would starve (docs/locks.rst)",
         },
     ),
 }
