@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
+from ._validation import validate_limit, validate_min_hold
 from .aio import AsyncLock
 from .backends.base import SHARED
 from .conf import DEFAULT_ALIAS
+from .exceptions import InvalidLockArgumentError
 from .lock import Lock
 
 __all__ = ["AsyncReadWriteLock", "ReadWriteLock", "arwlock", "rwlock"]
@@ -51,13 +53,27 @@ class _ReadWrite(Generic[H]):
         timeout: float | None = None,
         using: str = DEFAULT_ALIAS,
         metadata: dict[str, Any] | None = None,
+        limit: int = 1,
         fair: bool = False,
         auto_renew: bool | None = None,
         max_hold: float | None = None,
+        min_hold: float = 0.0,
         on_lost: Callable[[Any], object] | None = None,
         raise_on_lost: bool = True,
         owner: str | None = None,
     ) -> None:
+        if validate_limit(limit, lock_name=name) != 1:
+            raise InvalidLockArgumentError(
+                f"limit cannot be given to rwlock() (got {limit!r}): its sides set their own "
+                "(a writer holds alone, readers share the lock with readers).",
+                lock_name=name,
+            )
+        if validate_min_hold(min_hold, lock_name=name):
+            raise InvalidLockArgumentError(
+                f"min_hold cannot be given to rwlock() (got {min_hold!r}): it keeps a lock, "
+                "not a side of a read-write lock, held for a minimum time.",
+                lock_name=name,
+            )
         arguments: dict[str, Any] = {
             "ttl": ttl,
             "blocking": blocking,
@@ -100,7 +116,8 @@ class _ReadWrite(Generic[H]):
 class ReadWriteLock(_ReadWrite[Lock]):
     """A read-write lock named ``name``: many readers at once, or one writer.
 
-    It takes the arguments of :class:`~django_redis_lock.Lock` but ``limit`` and ``min_hold``;
+    It takes the arguments of :class:`~django_redis_lock.Lock` but ``limit`` and ``min_hold``
+    (refused with :class:`~django_redis_lock.InvalidLockArgumentError`);
     :meth:`read` and :meth:`write` return its two sides, each a :class:`~django_redis_lock.Lock`
     on ``name``. Fencing tokens come from one sequence per name, shared by both sides, so a
     resource can refuse a writer older than the last reader it served, and the reverse.

@@ -281,10 +281,12 @@ def test_rwlock__a_reader_whose_lease_ended_is_told(using: str) -> None:
 
 
 def test_rwlock__takes_no_limit_or_min_hold(using: str) -> None:
-    with pytest.raises(TypeError):
-        rwlock(NAME, using=using, limit=2)  # type: ignore[call-arg]
-    with pytest.raises(TypeError):
-        rwlock(NAME, using=using, min_hold=5)  # type: ignore[call-arg]
+    with pytest.raises(InvalidLockArgumentError, match="limit cannot be given to rwlock"):
+        rwlock(NAME, using=using, limit=2)
+    with pytest.raises(LockArgumentTypeError, match="limit must be an int"):
+        rwlock(NAME, using=using, limit="2")  # type: ignore[arg-type]
+    with pytest.raises(InvalidLockArgumentError, match="min_hold cannot be given to rwlock"):
+        rwlock(NAME, using=using, min_hold=5)
     with pytest.raises(InvalidLockArgumentError, match="ttl"):
         rwlock(NAME, using=using, ttl=-1)
     with pytest.raises(LockArgumentTypeError, match="fair"):
