@@ -25,7 +25,12 @@ from ._validation import (
     validate_on_lost,
 )
 from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockLostError, LockNotAcquiredError
+from .exceptions import (
+    InvalidLockArgumentError,
+    LockLostError,
+    LockNotAcquiredError,
+    LockNotOwnedError,
+)
 from .holds import Hold
 
 __all__ = ["Acquisition", "MultiLockBase"]
@@ -199,6 +204,24 @@ class MultiLockBase(Generic[H]):
             "not be taken, so none of them was kept.",
             lock_name=refused,
         )
+
+    def _raise_failures(
+        self, action: str, not_owned: list[str], errors: list[BaseException]
+    ) -> None:
+        """Raise what ``action``, done on every name, met: names not held first, then errors."""
+        if not_owned:
+            raise LockNotOwnedError(
+                f"Cannot {action} lock(s) {sorted(not_owned)!r} of {list(self.names)!r}: this "
+                "owner does not hold them (never acquired, already released, or lost).",
+                lock_name=min(not_owned),
+            )
+        if errors:
+            raise errors[0]
+
+    @staticmethod
+    def _shortest(leases: list[float | None]) -> float | None:
+        """Return the shortest of the names' leases; None if one of them is not held."""
+        return None if None in leases else min(lease for lease in leases if lease is not None)
 
     def _lost_error(self, lost: list[str]) -> LockLostError:
         return LockLostError(

@@ -94,14 +94,23 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
             except (LockError, asyncio.CancelledError) as error:  # the others still go
                 errors.append(error)
         _raise_cancelled(errors)
-        if not_owned:
-            raise LockNotOwnedError(
-                f"Cannot release lock(s) {sorted(not_owned)!r} of {list(self.names)!r}: this "
-                "owner does not hold them (never acquired, already released, or lost).",
-                lock_name=min(not_owned),
-            )
-        if errors:
-            raise errors[0]
+        self._raise_failures("release", not_owned, errors)
+
+    async def extend(self, seconds: float, *, replace: bool = False) -> float:
+        """Extend the lease of every name; return the shortest. See :meth:`.MultiLock.extend`."""
+        not_owned: list[str] = []
+        errors: list[BaseException] = []
+        leases: list[float] = []
+        for member in self._members:
+            try:
+                leases.append(await member.extend(seconds, replace=replace))
+            except LockNotOwnedError:
+                not_owned.append(member.name)
+            except (LockError, asyncio.CancelledError) as error:  # the others still go
+                errors.append(error)
+        _raise_cancelled(errors)
+        self._raise_failures("extend", not_owned, errors)
+        return min(leases)
 
     async def check(self) -> None:
         """Raise :class:`LockLostError` naming every name lost; see :meth:`.MultiLock.check`."""
@@ -123,6 +132,10 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
     async def owned(self) -> bool:
         """Return whether the calling task holds every name."""
         return all([await member.owned() for member in self._members])
+
+    async def ttl(self) -> float | None:
+        """Return the seconds left of the shortest lease of the names; see MultiLock.ttl."""
+        return self._shortest([await member.ttl() for member in self._members])
 
     # Context manager -------------------------------------------------------------------------
 

@@ -94,7 +94,7 @@ class MultiLock(MultiLockBase[Lock]):
         other error is raised.
         """
         not_owned: list[str] = []
-        errors: list[LockError] = []
+        errors: list[BaseException] = []
         for member in reversed(self._members):
             try:
                 member.release()
@@ -102,14 +102,27 @@ class MultiLock(MultiLockBase[Lock]):
                 not_owned.append(member.name)
             except LockError as error:
                 errors.append(error)
-        if not_owned:
-            raise LockNotOwnedError(
-                f"Cannot release lock(s) {sorted(not_owned)!r} of {list(self.names)!r}: this "
-                "owner does not hold them (never acquired, already released, or lost).",
-                lock_name=min(not_owned),
-            )
-        if errors:
-            raise errors[0]
+        self._raise_failures("release", not_owned, errors)
+
+    def extend(self, seconds: float, *, replace: bool = False) -> float:
+        """Add ``seconds`` to the lease of every name (or set it); return the shortest.
+
+        Every name held is extended even if one of them fails; then
+        :class:`LockNotOwnedError` names those the caller does not hold (an ended lease is
+        never revived), and any other error is raised.
+        """
+        not_owned: list[str] = []
+        errors: list[BaseException] = []
+        leases: list[float] = []
+        for member in self._members:
+            try:
+                leases.append(member.extend(seconds, replace=replace))
+            except LockNotOwnedError:
+                not_owned.append(member.name)
+            except LockError as error:
+                errors.append(error)
+        self._raise_failures("extend", not_owned, errors)
+        return min(leases)
 
     def check(self) -> None:
         """Raise :class:`LockLostError` naming each name lost; see :meth:`Lock.check`."""
@@ -131,6 +144,14 @@ class MultiLock(MultiLockBase[Lock]):
     def owned(self) -> bool:
         """Return whether the calling owner holds every name."""
         return all(member.owned() for member in self._members)
+
+    def ttl(self) -> float | None:
+        """Return the seconds left of the shortest lease of the names; see :meth:`Lock.ttl`.
+
+        Each name's lease is the caller's where it holds the name, else its holder's. None
+        means one of the names is not held by anyone.
+        """
+        return self._shortest([member.ttl() for member in self._members])
 
     # Context manager -------------------------------------------------------------------------
 

@@ -321,6 +321,49 @@ async def aheld_names(using: str, names: list[str]) -> set[str]:
     return {name for name in names if await alock(name, using=using).locked()}
 
 
+def test_lock_all__extend_lengthens_every_lease_and_ttl_is_the_shortest(using: str) -> None:
+    multi = lock_all(NAMES, using=using, ttl=5)
+    assert multi.ttl() is None  # nobody holds the names
+    assert multi.acquire()
+    try:
+        multi.locks[1].extend(20)  # one name's lease is longer than the others'
+        assert 4 < multi.ttl() <= 5  # type: ignore[operator]
+        assert 14 < multi.extend(10) <= 15
+        assert 34 < multi.locks[1].ttl() <= 35  # type: ignore[operator]
+        assert 14 < multi.ttl() <= 15  # type: ignore[operator]
+        assert 59 < multi.extend(60, replace=True) <= 60
+        assert all(59 < member.ttl() <= 60 for member in multi.locks)  # type: ignore[operator]
+    finally:
+        multi.release()
+    assert multi.ttl() is None
+
+
+def test_lock_all__extend_without_every_name_raises_naming_those_not_held(using: str) -> None:
+    multi = lock_all(NAMES, using=using, ttl=5)
+    with multi:
+        multi.locks[0].release()  # all:a is no longer the caller's
+        with pytest.raises(LockNotOwnedError) as caught:
+            multi.extend(30)
+        assert caught.value.lock_name == "all:a"
+        assert "extend lock(s) ['all:a']" in str(caught.value)
+        # The names still held were extended all the same.
+        assert all(34 < member.ttl() <= 35 for member in multi.locks[1:])  # type: ignore[operator]
+        multi.locks[0].acquire()  # for the block's release
+    with pytest.raises(LockNotOwnedError):
+        multi.extend(1)
+
+
+async def test_alock_all__extend_and_ttl(using: str) -> None:
+    multi = alock_all(NAMES, using=using, ttl=5)
+    assert await multi.ttl() is None
+    async with multi:
+        assert 4 < await multi.ttl() <= 5  # type: ignore[operator]
+        assert 14 < await multi.extend(10) <= 15
+        assert 14 < await multi.ttl() <= 15  # type: ignore[operator]
+    with pytest.raises(LockNotOwnedError):
+        await multi.extend(1)
+
+
 async def test_alock_all__holds_every_name_and_frees_them(using: str) -> None:
     multi = alock_all(NAMES, using=using)
     assert isinstance(multi, AsyncMultiLock)
