@@ -2,7 +2,8 @@
 
 :class:`ListQuery` holds the list's filters and where its page starts; :class:`LockRow` is one
 holder as the templates show it, and :class:`WaiterRow` one owner waiting for a lock, both
-described by :mod:`django_redis_lock.listing`.
+described by :mod:`django_redis_lock.listing` (a read-write lock's holders and waiters with
+their mode, its readers with how many hold it).
 """
 
 from __future__ import annotations
@@ -49,16 +50,21 @@ _NAME_BREAKS = re.compile(r"([:./=,@])")
 
 @dataclass(frozen=True)
 class LockRow:
-    """One holder of one lock on one alias, with what the templates show of it."""
+    """One holder of one lock on one alias, with what the templates show of it.
+
+    ``readers`` is how many readers hold the lock, for a reader of a read-write lock (see
+    :func:`~django_redis_lock.listing.reader_counts`).
+    """
 
     alias: str
     info: LockInfo
     release_url: str = ""
+    readers: int | None = None
 
     @property
     def holder(self) -> str:
-        """Return the holder's description."""
-        return describe_holder(self.info)
+        """Return the holder's description ("… (read, 3 readers)" for a reader)."""
+        return describe_holder(self.info, readers=self.readers)
 
     @property
     def name_html(self) -> SafeString:

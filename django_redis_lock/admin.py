@@ -8,6 +8,7 @@ the views read the backends of ``LOCKS`` through :data:`~django_redis_lock.locks
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -27,6 +28,7 @@ from .exceptions import (
     InvalidLockBackendError,
 )
 from .handler import locks
+from .listing import reader_counts
 from .models import Lock
 
 __all__ = ["LockAdmin"]
@@ -115,7 +117,9 @@ class LockAdmin(ModelAdmin):
         if can_release:
             back = urlencode(query.filters())
             rows = [
-                LockRow(row.alias, row.info, self.url("release", self.release_params(row, back)))
+                dataclasses.replace(
+                    row, release_url=self.url("release", self.release_params(row, back))
+                )
                 for row in rows
             ]
         next_url = ""
@@ -172,7 +176,8 @@ class LockAdmin(ModelAdmin):
                     query.pattern, None, count=self.list_per_page - len(rows)
                 )
             ordered = sorted(infos, key=lambda info: (info.name, info.owner))
-            rows.extend(LockRow(alias, info) for info in ordered)
+            readers = reader_counts(infos)  # a page lists every holder of each of its locks
+            rows.extend(LockRow(alias, info, readers=readers.get(info.name)) for info in ordered)
             if cursor is not None:
                 return rows, alias, cursor
             if len(rows) >= self.list_per_page:
@@ -204,15 +209,17 @@ class LockAdmin(ModelAdmin):
             messages.error(request, "That link does not name a lock: alias, name and owner.")
             return HttpResponseRedirect(back_url)
         try:
-            holder = next((i for i in locks[alias].lock_info(name) if i.owner == owner), None)
+            current = locks[alias].lock_info(name)
+            holder = next((info for info in current if info.owner == owner), None)
+            readers = reader_counts(current).get(name)
+            row = None if holder is None else LockRow(alias, holder, readers=readers)
             if request.method == "POST":
-                row = LockRow(alias, holder) if holder else None
                 return self.release(request, alias, name, owner, row=row, back_url=back_url)
             waiters = [] if holder is None else locks[alias].waiters(name)
         except (BackendUnavailableError, InvalidLockBackendError) as exc:
             messages.error(request, f"Nothing was released: {exc}")
             return HttpResponseRedirect(back_url)
-        if holder is None:
+        if row is None:
             messages.warning(
                 request,
                 f"Lock {name!r} on alias {alias!r} is no longer held by owner {owner!r}; "
@@ -224,7 +231,7 @@ class LockAdmin(ModelAdmin):
             "title": "Release this lock?",
             "opts": self.opts,
             "app_label": self.opts.app_label,
-            "row": LockRow(alias, holder),
+            "row": row,
             "waiters": [WaiterRow(waiter) for waiter in waiters],
             "back_url": back_url,
         }

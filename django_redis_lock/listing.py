@@ -2,8 +2,9 @@
 
 The admin page, ``manage.py locks``, a locked view's conflict answer and ``@single_instance``'s
 conflict messages all describe holders (and waiters) through this module: a duration in one
-format, who holds the lock or waits for it, a one-line summary of its metadata, the Celery
-task id, and the seconds until a lease ends. What a Celery run records about itself is defined
+format, who holds the lock or waits for it (and, for a read-write lock, whether to read or to
+write, and how many readers hold it), a one-line summary of its metadata, the Celery task id,
+and the seconds until a lease ends. What a Celery run records about itself is defined
 here too (:class:`TaskRecord`), so the writer and the readers of that metadata agree on its
 keys.
 
@@ -17,6 +18,7 @@ import dataclasses
 import datetime as dt
 import json
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,12 +28,14 @@ from .backends.base import LockInfo, WaiterInfo
 __all__ = [
     "TaskRecord",
     "describe_holder",
+    "describe_mode",
     "describe_waiter",
     "duration",
     "held_until",
     "metadata_json",
     "metadata_summary",
     "min_hold_note",
+    "reader_counts",
     "retry_after",
     "shorten",
     "task_id",
@@ -106,14 +110,40 @@ def held_until(info: LockInfo) -> dt.datetime:
     return info.acquired_at + dt.timedelta(milliseconds=round((info.held_for + info.ttl) * 1000))
 
 
-def describe_holder(info: LockInfo) -> str:
+def describe_holder(info: LockInfo, *, readers: int | None = None) -> str:
     """Return who holds ``info``: the task when one does, else host, pid and thread.
 
-    A hold kept after its release for its ``min_hold`` window reads "held until <time> by
-    min_hold", then who released it.
+    A holder of a read-write lock says how it holds it, after who it is (see
+    :func:`describe_mode`): "web-1, pid 41, thread T (write)", or with ``readers``, how many
+    readers hold the lock, "web-1, pid 41, thread T (read, 3 readers)". A plain lock's holder
+    says nothing of a mode. A hold kept after its release for its ``min_hold`` window reads
+    "held until <time> by min_hold", then who released it.
     """
-    who, note = _who(info), min_hold_note(info)
+    who, note = _with_mode(_who(info), describe_mode(info, readers)), min_hold_note(info)
     return who if note is None else f"{note} (released by {who})"
+
+
+def describe_mode(info: LockInfo | WaiterInfo, readers: int | None = None) -> str | None:
+    """Return how a holder holds a read-write lock, or how a waiter asks for it.
+
+    "write", or "read"; for a reader, with ``readers`` (how many readers hold its lock, as
+    :func:`reader_counts` counts them), "read, 3 readers". None for a plain lock.
+    """
+    if info.mode is None:
+        return None
+    if info.mode == "read" and readers:
+        return f"read, {readers} reader{'' if readers == 1 else 's'}"
+    return info.mode
+
+
+def reader_counts(holders: Iterable[LockInfo]) -> dict[str, int]:
+    """Return how many readers hold each read-write lock among ``holders``, by lock name.
+
+    Give every holder of the locks counted, from one alias: a lock's ``lock_info()``, or a
+    page of ``scan_page()``, which lists every holder of each lock it lists. A lock that no
+    reader holds is left out.
+    """
+    return dict(Counter(info.name for info in holders if info.mode == "read"))
 
 
 def min_hold_note(info: LockInfo) -> str | None:
@@ -129,11 +159,18 @@ def min_hold_note(info: LockInfo) -> str | None:
 def describe_waiter(info: WaiterInfo) -> str:
     """Return who waits (as :func:`describe_holder` says who holds), its place and since when.
 
-    For example "Celery task shop.bill [8f3c…] on worker-1, pid 41: next, fair, waiting 4.2s".
+    For example "Celery task shop.bill [8f3c…] on worker-1, pid 41: next, fair, waiting 4.2s";
+    a waiter for a read-write lock says what it waits to do, after who it is: "web-1, pid 41,
+    thread T (write): next, waiting 4.2s".
     """
     place = "next" if info.next else f"#{info.position + 1} in line"
     order = {True: ", fair", False: "", None: ""}[info.fair]
-    return f"{_who(info)}: {place}{order}, waiting {duration(info.waited_for)}"
+    who = _with_mode(_who(info), describe_mode(info))
+    return f"{who}: {place}{order}, waiting {duration(info.waited_for)}"
+
+
+def _with_mode(who: str, mode: str | None) -> str:
+    return who if mode is None else f"{who} ({mode})"
 
 
 def _who(info: LockInfo | WaiterInfo) -> str:

@@ -1,7 +1,8 @@
 """How ``manage.py locks`` reads and writes held locks: paged scans, a table, JSON, details.
 
 A listing never keeps more than a page of locks in memory: :func:`scan` reads one page per
-round trip, and each writer takes one holder at a time. Holders are described by
+round trip, and each writer takes one holder at a time (with how many readers hold its lock,
+counted on its page: a page lists every holder of each lock on it). Holders are described by
 :mod:`django_redis_lock.listing`, as on the admin page; this module lays them out for a
 terminal, where :func:`escaped` and :func:`shown` keep what holders wrote from acting on it.
 """
@@ -19,12 +20,14 @@ from ..backends._redis.options import redact_url
 from ..backends.base import BaseLockBackend, LockInfo, WaiterInfo
 from ..listing import (
     describe_holder,
+    describe_mode,
     describe_waiter,
     duration,
     held_until,
     metadata_json,
     metadata_summary,
     min_hold_note,
+    reader_counts,
     shorten,
     task_id,
 )
@@ -43,6 +46,7 @@ __all__ = [
     "plural",
     "record",
     "scan",
+    "scan_counted",
     "shown",
     "summary",
     "waiter_details",
@@ -50,15 +54,15 @@ __all__ = [
 ]
 
 #: The ``version`` of the JSON written by ``--json``; raised when a field changes meaning.
-JSON_VERSION = 3
+JSON_VERSION = 4
 #: Locks read per round trip while listing.
 PAGE_SIZE = 500
 #: The table's metadata column shows this many characters.
 METADATA_WIDTH = 40
 
 JSON_FORMAT = """\
-JSON (--json, version 3): one object, written while the listing streams, one lock per line:
-  {"version": 3, "locks": [LOCK, ...], "truncated": false, "errors": []}
+JSON (--json, version 4): one object, written while the listing streams, one lock per line:
+  {"version": 4, "locks": [LOCK, ...], "truncated": false, "errors": []}
 show adds "name" (the name asked for) and "waiters": [WAITER, ...], the owners waiting for
 it, in queue order on each alias. "truncated" is true when --limit left out at least one
 more matching lock; "errors" lists {"alias": ..., "error": ...} for aliases that could not be
@@ -82,8 +86,11 @@ read. Each LOCK is one holder of one lock (a lock with limit > 1 has one per hol
   metadata       object      the metadata the holder recorded, in full ({} when none)
   waiting        int         how many owners wait for the lock (0 on Redlock, which keeps no
                              queue)
+  mode           str|null    "read" or "write" for a holder of a read-write lock (rwlock);
+                             null for a plain lock
 Each WAITER is one owner waiting for the lock:
-  alias, name, owner, task_id, host, pid, thread, metadata   as in LOCK, as it registered
+  alias, name, owner, task_id, host, pid, thread, metadata, mode   as in LOCK, as it
+                             registered (mode: whether it waits to read or to write)
   position       int         its place in the queue, 0 first
   next           bool        true for the owner a release hands the lock to first
   fair           bool|null   whether it asked for fair (FIFO) order; null: not known
@@ -91,18 +98,32 @@ Each WAITER is one owner waiting for the lock:
   waited_for     float       seconds since
   expires_in     float       seconds its registration has left (a waiter that dies drops
                              out when it ends; a live one registers again before)
-Seconds are floats with millisecond precision, measured on the backend's clock. Version 3
-added waiting and show's waiters; version 2 added min_hold_of and held_until."""
+Seconds are floats with millisecond precision, measured on the backend's clock. Version 4
+added mode; version 3 added waiting and show's waiters; version 2 added min_hold_of and
+held_until."""
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
 
 
 def scan(backend: BaseLockBackend, pattern: str, count: int = PAGE_SIZE) -> Iterator[LockInfo]:
     """Yield the holders of the locks matching ``pattern``, reading ``count`` locks at a time."""
+    for info, _ in scan_counted(backend, pattern, count):
+        yield info
+
+
+def scan_counted(
+    backend: BaseLockBackend, pattern: str, count: int = PAGE_SIZE
+) -> Iterator[tuple[LockInfo, int | None]]:
+    """Do what :func:`scan` does, yielding each holder with how many readers hold its lock.
+
+    The count is None for a lock that no reader holds (a plain lock, or a writer's).
+    """
     cursor: str | None = None
     while True:
         cursor, page = backend.scan_page(pattern, cursor, count)
-        yield from page
+        readers = reader_counts(page)
+        for info in page:
+            yield info, readers.get(info.name)
         if cursor is None:
             return
 
@@ -113,8 +134,8 @@ def scan(backend: BaseLockBackend, pattern: str, count: int = PAGE_SIZE) -> Iter
 class Writer:
     """Write holders as they come, then an end; subclasses choose the format."""
 
-    def row(self, alias: str, info: LockInfo) -> None:
-        """Write one holder of a lock held on ``alias``."""
+    def row(self, alias: str, info: LockInfo, *, readers: int | None = None) -> None:
+        """Write one holder of a lock held on ``alias``; ``readers`` hold the lock to read."""
         raise NotImplementedError("subclasses of Writer must provide a row() method")
 
     def end(
@@ -133,7 +154,7 @@ class JsonWriter(Writer):
         self.out.write(json.dumps(head)[:-1] + ', "locks": [')
         self.first = True
 
-    def row(self, alias: str, info: LockInfo) -> None:
+    def row(self, alias: str, info: LockInfo, *, readers: int | None = None) -> None:
         text = json.dumps(record(alias, info))
         self.out.write(text if self.first else ",\n" + text, ending="")
         self.first = False
@@ -172,6 +193,7 @@ def record(alias: str, info: LockInfo) -> dict[str, Any]:
         "thread": info.thread,
         "metadata": info.metadata,
         "waiting": info.waiting,
+        "mode": info.mode,
     }
 
 
@@ -192,6 +214,7 @@ def waiter_record(alias: str, info: WaiterInfo) -> dict[str, Any]:
         "pid": info.pid,
         "thread": info.thread,
         "metadata": info.metadata,
+        "mode": info.mode,
     }
 
 
@@ -215,11 +238,11 @@ class TableWriter(Writer):
         self.pending: list[tuple[str, ...]] = []
         self.widths: list[int] | None = None
 
-    def row(self, alias: str, info: LockInfo) -> None:
+    def row(self, alias: str, info: LockInfo, *, readers: int | None = None) -> None:
         cells = (
             alias,
             shown(info.name),
-            escaped(describe_holder(info)),
+            escaped(describe_holder(info, readers=readers)),
             str(info.holds),
             duration(info.ttl),
             duration(info.held_for),
@@ -261,10 +284,12 @@ class TableWriter(Writer):
 # Text ----------------------------------------------------------------------------------------
 
 
-def details(info: LockInfo) -> str:
+def details(info: LockInfo, *, readers: int | None = None) -> str:
     """Return every field of one holder, one per line, its metadata as indented JSON.
 
-    Whatever the holder recorded, nothing a terminal acts on is written (see :func:`escaped`).
+    A holder of a read-write lock has a ``mode`` line after its owner: "write", or "read" with
+    how many ``readers`` hold the lock. Whatever the holder recorded, nothing a terminal acts
+    on is written (see :func:`escaped`).
     """
     metadata = metadata_json(info, indent=2)
     fields = [
@@ -281,6 +306,9 @@ def details(info: LockInfo) -> str:
         # JSON's own line breaks stay: json.dumps writes any in the values as \n.
         ("metadata", ("\n" + " " * 18).join(map(escaped, metadata.split("\n")))),
     ]
+    mode = describe_mode(info, readers)
+    if mode is not None:
+        fields[1:1] = [("mode", mode)]
     note = min_hold_note(info)
     if note is not None and info.min_hold_of is not None:
         fields[1:1] = [("held", note), ("released by", shown(info.min_hold_of))]

@@ -163,7 +163,7 @@ def test_show__two_processes_and_an_asyncio_task_listed_in_queue_order(
         document = _show(using, name)
 
         waiters = document["waiters"]
-        assert document["version"] == 3
+        assert document["version"] == 4
         assert [w["pid"] for w in waiters] == [children[0].pid, children[1].pid, os.getpid()]
         assert [w["metadata"] for w in waiters] == [
             {"worker": "first"},

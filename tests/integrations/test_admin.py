@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+from html import unescape
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -18,13 +20,14 @@ from django.http import HttpResponse
 from django.test import Client, override_settings
 from django.urls import reverse
 
-from django_redis_lock import locks
+from django_redis_lock import locks, rwlock
+from django_redis_lock._arguments import HOST
 from django_redis_lock.admin import LockAdmin
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.models import Lock
 from django_redis_lock.testing import locmem_locks
-from tests.support.helpers import locks_setting
+from tests.support.helpers import locks_setting, read_write_holds
 
 pytestmark = pytest.mark.django_db
 
@@ -672,3 +675,64 @@ def test_waiters__the_confirmation_page_says_none_without_waiters(releaser: Clie
     page = releaser.get(url).content.decode()
 
     assert re.search(r'<td class="lock-waiters">none</td>', page)
+
+
+# Read-write locks --------------------------------------------------------------------------
+
+
+def owner_cells(page: str) -> list[str]:
+    """Return the description in each Owner cell of the list, unescaped."""
+    found = re.findall(r'<td class="lock-owner">(.*?)<br>', page, re.S)
+    return [unescape(text) for text in found]
+
+
+@pytest.mark.parametrize("alias", ["default", "locmem"])
+def test_list__read_write_lock_shows_mode_and_readers(viewer: Client, alias: str) -> None:
+    hold(alias, "plain", "holder-a")
+    with read_write_holds("report:42", using=alias, readers=3, waiting_writer=True):
+        with rwlock("report:43", using=alias).write():
+            response = viewer.get(LIST_URL, {"alias": alias})
+
+    where = f"{HOST}, pid {os.getpid()}, thread"
+    described = sorted((row.info.name, row.holder) for row in response.context["rows"])
+    assert described == [
+        ("plain", "web-1, pid 4321, thread MainThread"),
+        ("report:42", f"{where} reader-0 (read, 3 readers)"),
+        ("report:42", f"{where} reader-1 (read, 3 readers)"),
+        ("report:42", f"{where} reader-2 (read, 3 readers)"),
+        ("report:43", f"{where} MainThread (write)"),
+    ]
+    page = response.content.decode()
+    assert sorted(owner_cells(page)) == sorted(holder for _, holder in described)
+    by_name = {row.info.name: row.waiting_text for row in response.context["rows"]}
+    assert by_name == {"plain": "none", "report:42": "1 waiting", "report:43": "none"}
+
+
+def test_release__confirmation_page_shows_a_readers_mode_and_the_writer_waiting(
+    releaser: Client,
+) -> None:
+    with read_write_holds("report:42", using="default", readers=2, waiting_writer=True):
+        listing = releaser.get(LIST_URL)
+        page = releaser.get(listing.context["rows"][0].release_url).content.decode()
+
+    where = f"{HOST}, pid {os.getpid()}, thread"
+    assert re.search(re.escape(where) + r" reader-[01] \(read, 2 readers\)<br><code>", page)
+    assert "1 waiting, in queue order:" in page
+    [(waiter, _)] = re.findall(r"<li>(.*?)<br><code[^>]*>(.*?)</code></li>", page, re.S)
+    assert waiter.startswith(f"{where} writer (write): next, waiting ")
+
+
+def test_release__of_a_reader_is_logged_with_its_mode(releaser_user: User) -> None:
+    client = logged_in(releaser_user, enforce_csrf_checks=True)
+    with read_write_holds("report:42", using="default", readers=2):
+        listing = client.get(LIST_URL)
+        row = min(listing.context["rows"], key=lambda row: row.info.thread)
+        response = csrf_post(client, row.release_url)
+        left = [info.thread for info in locks["default"].lock_info("report:42")]
+
+    assert response.status_code == 302
+    assert left == ["reader-1"]
+    assert LogEntry.objects.get().get_change_message() == (
+        f"Force-released lock 'report:42' on alias 'default', held by owner {row.info.owner!r} "
+        f"({HOST}, pid {os.getpid()}, thread reader-0 (read, 2 readers))."
+    )

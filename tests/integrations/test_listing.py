@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 import pytest
 
-from django_redis_lock.backends.base import LockInfo, holder_metadata
+from django_redis_lock import locks, rwlock
+from django_redis_lock._arguments import HOST
+from django_redis_lock.backends.base import LockInfo, WaiterInfo, holder_metadata
 from django_redis_lock.listing import (
     TaskRecord,
     describe_holder,
+    describe_mode,
+    describe_waiter,
     duration,
     held_until,
     metadata_json,
     metadata_summary,
+    reader_counts,
     retry_after,
     shorten,
     task_id,
 )
+from tests.support.helpers import read_write_holds
 
 
 def info(metadata: bytes = b"", *, ttl: float = 1.0) -> LockInfo:
@@ -158,3 +165,63 @@ def test_describe_holder__a_min_hold_window_says_until_when_and_who_released_it(
         "held until 2027-01-15 08:00:04 UTC by min_hold (released by h, pid 7, thread T)"
     )
     assert info().min_hold_of is None
+
+
+# Read-write locks --------------------------------------------------------------------------
+
+
+def waiter(metadata: bytes) -> WaiterInfo:
+    """Return the next waiter for lock ``n``, which registered ``metadata``."""
+    return WaiterInfo.from_record(
+        name="n", owner="w", position=0, fair=None, since=0, ends=10, now=4.25, metadata=metadata
+    )
+
+
+def test_describe_mode__read_write_holders_and_waiters_only() -> None:
+    reader = info(holder_metadata(host="h", pid=7, thread="T", mode="read"))
+    writer = info(holder_metadata(host="h", pid=7, thread="T", mode="write"))
+    plain = info(holder_metadata(host="h", pid=7, thread="T"))
+
+    assert [describe_mode(reader, 3), describe_mode(reader, 1), describe_mode(reader)] == [
+        "read, 3 readers",
+        "read, 1 reader",
+        "read",
+    ]
+    assert describe_mode(writer, 3) == "write"
+    assert describe_mode(plain, 3) is None
+    assert describe_holder(reader, readers=3) == "h, pid 7, thread T (read, 3 readers)"
+    assert describe_holder(writer) == "h, pid 7, thread T (write)"
+    assert describe_holder(plain, readers=3) == "h, pid 7, thread T"
+    task = holder_metadata(host="h", pid=7, thread="T", data={"task_name": "t"}, mode="write")
+    assert describe_holder(info(task)) == "Celery task t (write)"
+    waiting = waiter(holder_metadata(host="h", pid=7, thread="T", mode="write"))
+    assert describe_waiter(waiting) == "h, pid 7, thread T (write): next, waiting 4.2s"
+    assert describe_waiter(waiter(holder_metadata(host="h", pid=7, thread="T"))) == (
+        "h, pid 7, thread T: next, waiting 4.2s"
+    )
+
+
+def test_describe_holder__read_write_lock_held_by_readers_and_a_writer_waiting(
+    using: str,
+) -> None:
+    with read_write_holds("report:42", using=using, readers=3, waiting_writer=True):
+        holders = locks[using].lock_info("report:42")
+        [waiting] = locks[using].waiters("report:42")
+    where = f"{HOST}, pid {os.getpid()}"
+
+    assert reader_counts(holders) == {"report:42": 3}
+    readers = reader_counts(holders)["report:42"]
+    assert sorted(describe_holder(h, readers=readers) for h in holders) == [
+        f"{where}, thread reader-{index} (read, 3 readers)" for index in range(3)
+    ]
+    assert describe_waiter(waiting).startswith(f"{where}, thread writer (write): next, waiting ")
+
+
+def test_reader_counts__by_name_and_only_readers(using: str) -> None:
+    with read_write_holds("report:42", using=using, readers=2):
+        with rwlock("report:43", using=using).write():
+            holders = list(locks[using].iter_locks("report:*"))
+
+    assert sorted(h.mode or "" for h in holders) == ["read", "read", "write"]
+    assert reader_counts(holders) == {"report:42": 2}
+    assert reader_counts([]) == {}

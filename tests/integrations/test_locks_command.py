@@ -24,7 +24,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from django_redis_lock import locks
+from django_redis_lock import locks, rwlock
+from django_redis_lock._arguments import HOST
 from django_redis_lock.backends.base import (
     AcquireRequest,
     AcquireResult,
@@ -35,7 +36,7 @@ from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.management import listing
 from django_redis_lock.management.commands.locks import Command
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import eventually, locks_setting
+from tests.support.helpers import eventually, locks_setting, read_write_holds
 
 REPO = Path(__file__).resolve().parents[2]
 TASK_ID = "5d9e6c3a-1f2b-4c1d-9e8f-0a1b2c3d4e5f"
@@ -81,6 +82,7 @@ LOCK_FIELDS = {
     "thread": (str, type(None)),
     "metadata": dict,
     "waiting": int,
+    "mode": (str, type(None)),
 }
 
 
@@ -389,7 +391,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     document = run("list", "--json", "--using", using).json()
 
     assert list(document) == ["version", "locks", "truncated", "errors"]
-    assert document["version"] == 3
+    assert document["version"] == 4
     assert document["truncated"] is False
     assert document["errors"] == []
     [item] = document["locks"]
@@ -414,6 +416,7 @@ def test_list__json_schema_field_by_field(using: str) -> None:
     assert (item["host"], item["pid"], item["thread"]) == ("worker-1", 77, "T")
     assert item["metadata"] == CELERY
     assert item["waiting"] == 0
+    assert item["mode"] is None
 
 
 def test_list__json_without_details_gives_nulls(using: str) -> None:
@@ -432,7 +435,7 @@ def test_list__json_writes_one_lock_per_line(using: str) -> None:
 
     lines = run("list", "--json", "--using", using).out.splitlines()
 
-    assert lines[0] == '{"version": 3, "locks": ['
+    assert lines[0] == '{"version": 4, "locks": ['
     assert [line.endswith(",") for line in lines[1:4]] == [True, True, False]
     rows = [json.loads(line.rstrip(",")) for line in lines[1:4]]
     assert sorted(row["name"] for row in rows) == ["job:0", "job:1", "job:2"]
@@ -444,7 +447,7 @@ def test_list__json_when_nothing_is_held() -> None:
     result = run("list", "--json")
 
     assert result.code == 0
-    assert result.json() == {"version": 3, "locks": [], "truncated": False, "errors": []}
+    assert result.json() == {"version": 4, "locks": [], "truncated": False, "errors": []}
 
 
 def test_list__json_keeps_non_ascii_and_newlines_exact(using: str) -> None:
@@ -713,7 +716,7 @@ def test_show__json_has_the_name_and_the_list_schema(using: str) -> None:
     document = run("show", "job", "--json").json()
 
     assert list(document) == ["version", "name", "locks", "waiters", "truncated", "errors"]
-    assert (document["version"], document["name"], document["waiters"]) == (3, "job", [])
+    assert (document["version"], document["name"], document["waiters"]) == (4, "job", [])
     [item] = document["locks"]
     assert set(item) == set(LOCK_FIELDS)
     assert (item["alias"], item["metadata"]) == (using, {"k": [1, 2]})
@@ -1165,3 +1168,98 @@ def test_min_hold__release_frees_the_window(using: str) -> None:
     assert result.code == 0, result.err
     assert "held until" in result.out
     assert held(backend, "nightly") == []
+
+
+# Read-write locks: each holder's and waiter's mode, and how many readers hold the lock --------
+
+
+def thread_holder(thread: str) -> str:
+    """Return how listings describe a holder that is a thread of this process."""
+    return f"{HOST}, pid {os.getpid()}, thread {thread}"
+
+
+def test_table__read_write_lock_shows_mode_and_readers(using: str) -> None:
+    hold(locks[using], "plain")
+    with read_write_holds("report:42", using=using, readers=3, waiting_writer=True):
+        with rwlock("report:43", using=using).write():
+            result = run("list", "--using", using)
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].split()[:3] == ["ALIAS", "NAME", "OWNER"]  # no column of its own
+    rows = sorted(cells(line) for line in lines[1:-1])
+    assert [row[1:3] for row in rows] == [
+        ["plain", "web-1, pid 4242, thread MainThread"],
+        ["report:42", thread_holder("reader-0") + " (read, 3 readers)"],
+        ["report:42", thread_holder("reader-1") + " (read, 3 readers)"],
+        ["report:42", thread_holder("reader-2") + " (read, 3 readers)"],
+        ["report:43", thread_holder("MainThread") + " (write)"],
+    ]
+    assert [row[7] for row in rows] == ["0", "1", "1", "1", "0"]  # WAITING: the writer
+    assert lines[-1] == "5 holders listed."
+    assert_terminal_safe(result.out)
+
+
+def test_table__one_reader_is_counted_too(using: str) -> None:
+    with read_write_holds("report:42", using=using, readers=1):
+        row = cells(run("list", "--using", using).out.splitlines()[1])
+
+    assert row[2] == thread_holder("reader-0") + " (read, 1 reader)"
+
+
+def test_json__read_write_lock_has_mode_for_holders_and_waiters(using: str) -> None:
+    hold(locks[using], "plain")
+    with read_write_holds("report:42", using=using, readers=2, waiting_writer=True):
+        listed = run("list", "--json", "--using", using).json()
+        shown_json = run("show", "report:42", "--json", "--using", using).json()
+        with rwlock("report:43", using=using).write():
+            written = run("list", "--json", "--exact", "report:43", "--using", using).json()
+
+    by_name = sorted((item["name"], item["thread"], item["mode"]) for item in listed["locks"])
+    assert by_name == [
+        ("plain", "MainThread", None),
+        ("report:42", "reader-0", "read"),
+        ("report:42", "reader-1", "read"),
+    ]
+    assert sorted((i["thread"], i["mode"]) for i in shown_json["locks"]) == [
+        ("reader-0", "read"),
+        ("reader-1", "read"),
+    ]
+    [waiter] = shown_json["waiters"]
+    assert (waiter["thread"], waiter["mode"], waiter["next"]) == ("writer", "write", True)
+    [writer] = written["locks"]
+    assert (writer["thread"], writer["mode"]) == ("MainThread", "write")
+
+
+def test_show__read_write_lock_shows_each_holders_and_waiters_mode(using: str) -> None:
+    with read_write_holds("report:42", using=using, readers=2, waiting_writer=True):
+        result = run("show", "report:42", "--using", using)
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0].endswith("): 2 holders, 1 waiting")
+    modes = [line for line in lines if line.startswith("  mode:")]
+    assert modes == ["  mode:           read, 2 readers"] * 2
+    for index, line in enumerate(lines):
+        if line.startswith("  owner:"):
+            assert lines[index + 1].startswith("  mode:")  # right after the owner
+    assert lines[-2] == "Waiting, in queue order:"
+    assert lines[-1].startswith(f"  1. {thread_holder('writer')} (write): next, waiting ")
+    assert_terminal_safe(result.out)
+
+
+def test_show__plain_lock_has_no_mode_line(using: str) -> None:
+    hold(locks[using], "plain")
+
+    lines = run("show", "plain", "--using", using).out.splitlines()
+
+    assert not [line for line in lines if line.lstrip().startswith("mode:")]
+
+
+def test_release__names_a_readers_mode(using: str) -> None:
+    with read_write_holds("report:42", using=using, readers=1):
+        [reader] = locks[using].lock_info("report:42")
+        result = run("release", "report:42", "--using", using, "--yes")
+
+    assert result.code == 0, result.err
+    assert f"owner {reader.owner}, {thread_holder('reader-0')} (read), held for " in result.out

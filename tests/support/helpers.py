@@ -194,3 +194,49 @@ def python_without_settings(code: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+@contextmanager
+def read_write_holds(
+    name: str, *, using: str, readers: int, waiting_writer: bool = False
+) -> Iterator[None]:
+    """Hold ``name`` as a read-write lock for ``readers`` threads, each its own owner.
+
+    The readers run in threads named ``reader-0``, ``reader-1``…; with ``waiting_writer``, a
+    thread named ``writer`` waits to write, behind them, before the block runs. At its end,
+    every thread lets go (the writer takes the lock, then lets it go too); a reader freed by a
+    force-release meanwhile does not raise.
+    """
+    from django_redis_lock import locks, rwlock
+
+    rw = rwlock(name, using=using, timeout=30, raise_on_lost=False)
+    done = threading.Event()
+    holding = [threading.Event() for _ in range(readers)]
+
+    def read(index: int) -> None:
+        with rw.read():
+            holding[index].set()
+            done.wait(30)
+
+    def write() -> None:
+        with rw.write():
+            pass
+
+    threads = [
+        threading.Thread(target=read, args=(index,), name=f"reader-{index}", daemon=True)
+        for index in range(readers)
+    ]
+    try:
+        for thread in threads:
+            thread.start()
+        for event in holding:
+            assert event.wait(10), "a reader did not acquire"
+        if waiting_writer:
+            threads.append(threading.Thread(target=write, name="writer", daemon=True))
+            threads[-1].start()
+            eventually(lambda: len(locks[using].waiters(name)) == 1)
+        yield
+    finally:
+        done.set()
+        for thread in threads:
+            thread.join(30)

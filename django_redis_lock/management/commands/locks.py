@@ -24,7 +24,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ...backends.base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape
 from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
-from ...listing import duration, task_id
+from ...listing import duration, reader_counts, task_id
 from ..arguments import LocksParser, lock_name, seconds, whole_number
 from ..listing import (
     JSON_FORMAT,
@@ -36,7 +36,7 @@ from ..listing import (
     location,
     one_line,
     plural,
-    scan,
+    scan_counted,
     shown,
     summary,
     waiter_details,
@@ -85,7 +85,8 @@ class Command(BaseCommand):
             help="List held locks as a table, or as JSON (the default subcommand).",
             description=_paragraph(
                 "List every holder of every held lock, in SCAN order: alias, name, owner "
-                "(the task, else host, pid and thread), holds, lease left, time held, "
+                "(the task, else host, pid and thread; then, for a read-write lock, read and "
+                "how many readers hold it, or write), holds, lease left, time held, "
                 "fencing token, owners waiting and a short metadata summary. Names with control "
                 "characters, a backslash or surrounding spaces are shown quoted, as Python "
                 "literals; --json gives every name exactly. `locks` alone, or followed by these "
@@ -130,9 +131,9 @@ class Command(BaseCommand):
             help="Show everything known about one lock.",
             description=_paragraph(
                 "Show every holder of the lock named exactly NAME (any characters; put -- "
-                "before a name that starts with -), with all its details and full metadata, "
-                "then the owners waiting for it, in queue order. Exit status 1 if nobody "
-                "holds it."
+                "before a name that starts with -), with all its details and full metadata "
+                "(and, for a read-write lock, its mode: read or write), then the owners waiting "
+                "for it, in queue order. Exit status 1 if nobody holds it."
             ),
             epilog=f"{JSON_FORMAT}\n\n{EXIT_STATUS}",
             formatter_class=raw,
@@ -188,13 +189,13 @@ class Command(BaseCommand):
         errors: list[tuple[str, str]] = []
         for alias, backend in _backends(options.get("using")):
             try:
-                for info in scan(backend, pattern, page):
+                for info, readers in scan_counted(backend, pattern, page):
                     if older is not None and info.held_for <= older:
                         continue
                     if limit is not None and listed >= limit:
                         truncated = True
                         break
-                    out.row(alias, info)
+                    out.row(alias, info, readers=readers)
                     listed += 1
                     if len(named) < NAMED_IN_FAILURE:
                         named.append(f"{alias} {info.name!r} ({duration(info.held_for)})")
@@ -258,8 +259,9 @@ class Command(BaseCommand):
             f"Lock {name!r} on alias {alias!r} ({location(backend)}): "
             f"{plural(len(holders), 'holder')}, {len(waiters)} waiting"
         )
+        readers = reader_counts(holders).get(name)
         for info in holders:
-            self.stdout.write(details(info))
+            self.stdout.write(details(info, readers=readers))
         if waiters:
             self.stdout.write("Waiting, in queue order:")
         for waiter in waiters:
