@@ -26,7 +26,7 @@ from ._validation import (
 )
 from .backends.base import BaseLockBackend, holder_metadata
 from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockNotAcquiredError
+from .exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
 from .handler import locks
 
 if TYPE_CHECKING:
@@ -158,6 +158,24 @@ class LockArguments:
         wait = "at once" if not self.blocking else f"within {self.timeout}s"
         return LockNotAcquiredError(
             f"Could not acquire lock {self.name!r} {wait}: another owner holds it.",
+            lock_name=self.name,
+        )
+
+    def _upgrade_refused(self, held_limit: int | None) -> LockUpgradeError:
+        """Return the error of an acquire asking for a stricter hold than the caller has."""
+        if self.mode == "write":
+            problem = (
+                "for writing: this owner holds it for reading, and a read hold is never "
+                "upgraded (two readers upgrading at once would wait for each other for ever)"
+            )
+        else:
+            held = "a larger one" if held_limit is None else f"limit={held_limit}"
+            problem = (
+                f"with limit={self.limit}: this owner holds it with {held}, and a hold is "
+                "never made stricter while it is held"
+            )
+        return LockUpgradeError(
+            f"Cannot acquire lock {self.name!r} {problem}. Release it first.",
             lock_name=self.name,
         )
 

@@ -22,7 +22,6 @@ from .exceptions import (
     LockError,
     LockLostError,
     LockNotOwnedError,
-    LockUpgradeError,
 )
 from .holds import Hold, held, known_holds
 from .owner import new_attempt
@@ -135,7 +134,7 @@ class LockHandle(LockArguments):
         if hold is not None and hold.lost_reason is not None:
             raise LockLostError(hold.lost_message(), lock_name=self.name)
         if hold is not None and self.limit < hold.limit:
-            raise self._stricter(hold.limit)
+            raise self._upgrade_refused(hold.limit)
         known = 0 if hold is None else hold.count
         holder, started = self._holder_json(), time.monotonic()
         deadline = None if timeout is None else started + timeout
@@ -159,7 +158,7 @@ class LockHandle(LockArguments):
             result = yield request if pause is None else WaitThenClaim(pause, request)
             assert result is not None
             if result.stricter:
-                raise self._stricter(None if hold is None else hold.limit)
+                raise self._upgrade_refused(None if hold is None else hold.limit)
             if result.lost:
                 assert hold is not None
                 raise self._lost_nested(hold)
@@ -210,23 +209,6 @@ class LockHandle(LockArguments):
             f"Lock {self.name!r}: a lease of {lease:g}s ended {LATE_ANSWERS} times in a row "
             f"before the server's answer came (the last round trip took {round_trip:.3f}s); "
             "a ttl must be longer than a round trip to the server.",
-            lock_name=self.name,
-        )
-
-    def _stricter(self, held_limit: int | None) -> LockUpgradeError:
-        if self.mode == "write":
-            problem = (
-                "for writing: this owner holds it for reading, and a read hold is never "
-                "upgraded (two readers upgrading at once would wait for each other for ever)"
-            )
-        else:
-            held = "a larger one" if held_limit is None else f"limit={held_limit}"
-            problem = (
-                f"with limit={self.limit}: this owner holds it with {held}, and a hold is "
-                "never made stricter while it is held"
-            )
-        return LockUpgradeError(
-            f"Cannot acquire lock {self.name!r} {problem}. Release it first.",
             lock_name=self.name,
         )
 

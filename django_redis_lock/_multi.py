@@ -14,9 +14,11 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 from ._handle import LockHandle
+from ._observe import Watch, observers
 from ._validation import (
     validate_flag,
     validate_limit,
@@ -24,6 +26,7 @@ from ._validation import (
     validate_names,
     validate_on_lost,
 )
+from .backends.base import AcquireAllResult, AcquireRequest, BaseLockBackend
 from .conf import DEFAULT_ALIAS
 from .exceptions import (
     InvalidLockArgumentError,
@@ -32,8 +35,9 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .holds import Hold
+from .owner import new_attempt
 
-__all__ = ["Acquisition", "MultiLockBase"]
+__all__ = ["Acquisition", "AtOnce", "MultiLockBase"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -53,6 +57,18 @@ class Acquisition:
         with self._lock:
             tell, self.told = not self.told, True
             return tell
+
+
+@dataclass(frozen=True)
+class AtOnce:
+    """An attempt to take every name in one atomic step (``BaseLockBackend.acquire_all``)."""
+
+    backend: BaseLockBackend
+    owner: str
+    request: AcquireRequest
+    #: The holds the caller knew it had of each name when the attempt was sent.
+    holds: tuple[int, ...]
+    sent: float
 
 
 class MultiLockBase(Generic[H]):
@@ -139,6 +155,73 @@ class MultiLockBase(Generic[H]):
         Losing one name is losing the multi-lock: another owner may hold that name now.
         """
         return any(member.lost for member in self._members)
+
+    # Acquiring every name in one step ----------------------------------------------------------
+
+    def _at_once(self, backend: BaseLockBackend) -> AtOnce | None:
+        """Return the all-or-nothing attempt the acquisition starts with, if any.
+
+        Where the backend takes every name in one step (one script, on one Redis), an
+        acquisition that meets no other owner costs one round trip and never holds some of
+        its names without the others; else the names are taken one by one. None when the
+        caller's hold of a name is lost: that name's own acquire reports it.
+        """
+        first = self._members[0]
+        owner = first._owner_token()
+        holds = [member._hold() for member in self._members]
+        if any(hold is not None and hold.lost_reason is not None for hold in holds):
+            return None
+        request = AcquireRequest(
+            ttl=first._lease_on(backend),
+            metadata=first._holder_json(),
+            fair=first.fair,
+            attempt=new_attempt(),
+        )
+        counts = tuple(0 if hold is None else hold.count for hold in holds)
+        return AtOnce(backend, owner, request, counts, time.monotonic())
+
+    def _took_at_once(
+        self, once: AtOnce, result: AcquireAllResult | None, blocking: bool, renew: bool
+    ) -> Literal[True] | str | None:
+        """Record what an attempt at once did; return what the acquisition does next.
+
+        True: every name is held. A name: it is held by another owner, and nothing was taken.
+        None: the names are to be acquired one by one (the backend cannot take them at once,
+        or left a case to each name's own acquire: a lost lease reported there, say).
+        """
+        if result is None or not result.acquired:
+            if observers and result is not None and result.refused and not blocking:
+                self._watched([result.refused], blocking, acquired=False)
+            return None if result is None else result.refused
+        ends = [once.sent + (taken.lease or once.request.ttl) for taken in result.results]
+        if time.monotonic() >= min(ends):  # a lease ended before the answer came: no hold
+            self._withdraw_at_once(once)
+            return None
+        for member, taken, end in zip(self._members, result.results, ends, strict=True):
+            member._held(
+                once.backend,
+                once.owner,
+                taken,
+                attempt=once.request.attempt,
+                ends=end,
+                started=once.sent,
+                renew=renew,
+            )
+        if observers:
+            self._watched(self.names, blocking, acquired=True)
+        return True
+
+    def _withdraw_at_once(self, once: AtOnce) -> None:
+        """Have whatever an attempt at once took, with no answer seen, undone on the backend."""
+        for member in self._members:
+            member._withdraw_later(once.backend, once.owner, once.request.attempt)
+
+    def _watched(self, names: Iterable[str], blocking: bool, *, acquired: bool) -> None:
+        first = self._members[0]
+        for name in names:
+            watch = Watch(self.using, name, blocking, first.timeout if blocking else None)
+            watch.acquired = acquired
+            watch.end()
 
     # Acquiring: the plan, and its outcome ------------------------------------------------------
 

@@ -12,11 +12,12 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from ._multi import MultiLockBase
 from .aio import AsyncLock
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
+from .handler import locks
 
 __all__ = ["AsyncMultiLock", "alock_all"]
 
@@ -48,6 +49,12 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
     async def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
         deadline = self._deadline(timeout)
+        outcome = await self._take_at_once(blocking, renew)
+        if outcome is True:
+            self._bind()
+            return None
+        if outcome is not None and not blocking:
+            return outcome
         while True:
             taken: list[AsyncLock] = []
             try:
@@ -68,6 +75,19 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
             await self._give_back(taken)  # and start again, if there is time left
             if not blocking or self._left(deadline) == 0:
                 return ended
+
+    async def _take_at_once(self, blocking: bool, renew: bool) -> Literal[True] | str | None:
+        """Try to take every name in one step; see :meth:`MultiLockBase._took_at_once`."""
+        backend = locks[self.using]
+        once = self._at_once(backend)
+        if once is None:
+            return None
+        try:
+            result = await backend.aacquire_all(self.names, once.owner, once.request, once.holds)
+        except BaseException:
+            self._withdraw_at_once(once)  # no answer (or cancelled): undone later
+            raise
+        return self._took_at_once(once, result, blocking, renew)
 
     async def _give_back(self, taken: list[AsyncLock]) -> None:
         """Release what an acquisition that failed took, last first, even when cancelled."""

@@ -11,10 +11,11 @@ import functools
 import inspect
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from ._multi import MultiLockBase
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
+from .handler import locks
 from .lock import Lock
 
 __all__ = ["MultiLock", "lock_all"]
@@ -57,6 +58,12 @@ class MultiLock(MultiLockBase[Lock]):
     def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
         deadline = self._deadline(timeout)
+        outcome = self._take_at_once(blocking, renew)
+        if outcome is True:
+            self._bind()
+            return None
+        if outcome is not None and not blocking:
+            return outcome
         while True:
             taken: list[Lock] = []
             try:
@@ -77,6 +84,19 @@ class MultiLock(MultiLockBase[Lock]):
             self._give_back(taken)  # and start again, if there is time left
             if not blocking or self._left(deadline) == 0:
                 return ended
+
+    def _take_at_once(self, blocking: bool, renew: bool) -> Literal[True] | str | None:
+        """Try to take every name in one step; see :meth:`MultiLockBase._took_at_once`."""
+        backend = locks[self.using]
+        once = self._at_once(backend)
+        if once is None:
+            return None
+        try:
+            result = backend.acquire_all(self.names, once.owner, once.request, once.holds)
+        except BaseException:
+            self._withdraw_at_once(once)  # no answer: what it took is undone later
+            raise
+        return self._took_at_once(once, result, blocking, renew)
 
     def _give_back(self, taken: list[Lock]) -> None:
         """Release what an acquisition that failed took, last first; its errors are logged."""

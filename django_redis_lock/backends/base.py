@@ -8,8 +8,6 @@ server: acquire, release, extend and force-release either happen whole or not at
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 
@@ -19,10 +17,12 @@ from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
 from ._info import LockInfo, WaiterInfo
 from ._options import OptionRules, Problem
+from ._requests import SHARED, AcquireAllResult, AcquireRequest, AcquireResult, Grant
 
 __all__ = [
     "MIN_HOLD_PREFIX",
     "SHARED",
+    "AcquireAllResult",
     "AcquireRequest",
     "AcquireResult",
     "BaseLockBackend",
@@ -35,57 +35,6 @@ __all__ = [
     "holder_metadata",
     "parse_holder_metadata",
 ]
-
-
-#: The ``limit`` of a reader of a read-write lock: unbounded, so readers share the lock with
-#: each other, but never with a writer (limit 1). The Lua scripts keep limits as integers.
-SHARED = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AcquireRequest:
-    """What one acquire attempt asks of a backend: see :meth:`BaseLockBackend.acquire`.
-
-    Only ``ttl`` (the lease, in seconds) has no default; ``metadata`` defaults to a holder
-    with no details. A new acquire option is a new field here, and handled by the backends.
-    """
-
-    ttl: float
-    metadata: str | bytes = b"{}"
-    limit: int = 1
-    fair: bool = False
-    wait: float = 0.0
-    claim: bool = False
-    holds: int | None = None
-    attempt: str = ""
-
-
-class AcquireResult(NamedTuple):
-    """What one acquire attempt did.
-
-    On success ``fencing_token`` is the holder's token (the same for every reentrant acquire),
-    ``holds`` its hold count and ``lease`` the seconds its lease has left. On failure
-    ``retry_after`` is the number of seconds until the earliest current lease ends, so a
-    waiter never sleeps past it. ``lost`` says the owner knew of holds (``holds`` > 0 was
-    asked) but its lease had ended: nothing was taken. ``stricter`` says the owner holds the
-    lock under a larger ``limit`` than it asked for (a reader asking to write): nothing was
-    taken, since a hold is never made stricter while it is held.
-    """
-
-    acquired: bool
-    fencing_token: int | None = None
-    holds: int = 0
-    retry_after: float | None = None
-    lease: float | None = None
-    lost: bool = False
-    stricter: bool = False
-
-
-class Grant(NamedTuple):
-    """A lock handed to a waiting owner at a release: its fencing token and lease (seconds)."""
-
-    fencing_token: int
-    lease: float
 
 
 class BaseLockBackend(OptionRules):
@@ -139,6 +88,19 @@ class BaseLockBackend(OptionRules):
         :meth:`withdraw`.
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide an acquire() method")
+
+    def acquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        """Take each of ``names`` for ``owner`` in one atomic step: every one, or none.
+
+        Each name is taken as :meth:`acquire` would take it at once with ``request`` (a
+        lock, ``limit`` 1, without waiting), and ``holds`` is the count the caller knows of
+        for each name, as ``request.holds`` is for one. Return None where the backend cannot
+        take these names in one step (the default: the caller then acquires them one by one,
+        in one order, giving back what it took if one cannot be taken).
+        """
+        return None
 
     def release(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
@@ -298,6 +260,16 @@ class BaseLockBackend(OptionRules):
     async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         """Do what :meth:`acquire` does, without blocking the event loop."""
         return await sync_to_async(self.acquire, thread_sensitive=False)(name, owner, request)
+
+    async def aacquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        """Do what :meth:`acquire_all` does, without blocking the event loop."""
+        if type(self).acquire_all is BaseLockBackend.acquire_all:
+            return None  # no thread needed to learn that the backend cannot
+        return await sync_to_async(self.acquire_all, thread_sensitive=False)(
+            names, owner, request, holds
+        )
 
     async def arelease(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0

@@ -26,7 +26,7 @@ from redis.retry import Retry
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 from ._redis.options import redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
-from .base import LockInfo, Problem, WaiterInfo
+from .base import AcquireAllResult, AcquireRequest, LockInfo, Problem, WaiterInfo
 from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
@@ -120,6 +120,28 @@ class RedisClusterBackend(RedisBackend):
 
     def close(self) -> None:
         self.client.close()
+
+    # lock_all: one script when every name lives in one slot -----------------------------------
+
+    def _one_slot(self, names: Sequence[str]) -> bool:
+        # A name's slot is its hash tag's: ``=`` and the name up to its first ``}``, so names
+        # that start with one ``{tag}`` share a slot (``{acct}:1``, ``{acct}:2``).
+        cluster: Any = self.client
+        return len({cluster.keyslot(self.key(name)) for name in names}) == 1
+
+    def acquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        if not self._one_slot(names):
+            return None  # across slots, each name is acquired on its own primary, in order
+        return super().acquire_all(names, owner, request, holds)
+
+    async def aacquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        if not self._one_slot(names):
+            return None
+        return await super().aacquire_all(names, owner, request, holds)
 
     @property
     def location(self) -> str:

@@ -15,12 +15,14 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import ClassVar
 
+from ._locmem_entries import CLAIM_SECONDS, Entry, Holder, Waiter
 from .base import (
     MIN_HOLD_PREFIX,
+    AcquireAllResult,
     AcquireRequest,
     AcquireResult,
     BaseLockBackend,
@@ -32,42 +34,6 @@ from .base import (
 
 __all__ = ["LocMemBackend"]
 
-#: A lease handed to a waiter lasts this long until the waiter claims it (as on Redis).
-CLAIM_SECONDS = 1.0
-
-
-@dataclass
-class _Holder:
-    ends: float
-    fencing_token: int
-    acquired_at: float
-    metadata: str | bytes
-    attempt: str
-    holds: int = 1
-    #: When the hold was taken, on the monotonic clock (``acquired_at`` is wall time).
-    since: float = 0.0
-    #: The most holders it shares the lock with (see ``AcquireRequest.limit``).
-    limit: int = 1
-
-
-@dataclass
-class _Waiter:
-    ends: float
-    lease: float
-    limit: int
-    metadata: str | bytes
-    attempt: str = ""
-    fair: bool = False
-    #: When the owner joined the queue (wall time); kept when it registers again.
-    since: float = 0.0
-
-
-@dataclass
-class _Entry:
-    holders: dict[str, _Holder] = field(default_factory=dict)
-    queue: dict[str, _Waiter] = field(default_factory=dict)  # insertion order is arrival
-    grants: dict[str, Grant] = field(default_factory=dict)
-
 
 class LocMemBackend(BaseLockBackend):
     """Locks in this process's memory; thread-safe, not shared with other processes."""
@@ -76,7 +42,7 @@ class LocMemBackend(BaseLockBackend):
 
     def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl)
-        self._locks: dict[str, _Entry] = {}
+        self._locks: dict[str, Entry] = {}
         self._fences: dict[str, int] = {}
         self._changed = threading.Condition()
         # Asyncio waiters, woken through their own loop when a lock is handed to them.
@@ -89,8 +55,8 @@ class LocMemBackend(BaseLockBackend):
 
     # Bookkeeping (always called with self._changed held) ---------------------------------
 
-    def _entry(self, name: str, now: float) -> _Entry:
-        entry = self._locks.setdefault(name, _Entry())
+    def _entry(self, name: str, now: float) -> Entry:
+        entry = self._locks.setdefault(name, Entry())
         for owner in [o for o, h in entry.holders.items() if h.ends <= now]:
             del entry.holders[owner]
         for owner in [o for o, w in entry.queue.items() if w.ends <= now]:
@@ -100,7 +66,7 @@ class LocMemBackend(BaseLockBackend):
         return entry
 
     @contextlib.contextmanager
-    def _opened(self, name: str) -> Iterator[tuple[_Entry, float]]:
+    def _opened(self, name: str) -> Iterator[tuple[Entry, float]]:
         # Every primitive: under the condition's lock, on the entry with ended leases and
         # registrations dropped, and the entry removed afterwards if nothing is left in it.
         with self._changed:
@@ -111,15 +77,15 @@ class LocMemBackend(BaseLockBackend):
             finally:
                 self._tidy(name, entry)
 
-    def _tidy(self, name: str, entry: _Entry) -> None:
+    def _tidy(self, name: str, entry: Entry) -> None:
         if not (entry.holders or entry.queue or entry.grants):
             self._locks.pop(name, None)
 
-    def _hold(self, name: str, entry: _Entry, owner: str, lease: float, request: _Waiter) -> int:
+    def _hold(self, name: str, entry: Entry, owner: str, lease: float, request: Waiter) -> int:
         token = max(self._fences.get(name, 0) + 1, time.time_ns() // 1000)
         self._fences[name] = token
         now = time.monotonic()
-        entry.holders[owner] = _Holder(
+        entry.holders[owner] = Holder(
             now + lease,
             token,
             time.time(),
@@ -130,23 +96,10 @@ class LocMemBackend(BaseLockBackend):
         )
         return token
 
-    @staticmethod
-    def _admits(entry: _Entry, limit: int) -> bool:
-        # One more holder reaches neither its own limit nor any holder's.
-        return len(entry.holders) < min([limit, *(h.limit for h in entry.holders.values())])
-
-    @staticmethod
-    def _queued(entry: _Entry, owner: str, request: AcquireRequest) -> bool:
-        # Whether the owner is served in queue order: fair, or a reader behind a writer.
-        return bool(entry.queue) and (
-            request.fair
-            or any(w.limit < request.limit for o, w in entry.queue.items() if o != owner)
-        )
-
-    def _handoff(self, name: str, entry: _Entry, now: float) -> None:
+    def _handoff(self, name: str, entry: Entry, now: float) -> None:
         while entry.queue:
             owner, waiter = next(iter(entry.queue.items()))
-            if not self._admits(entry, waiter.limit):
+            if not entry.admits(waiter.limit):
                 return
             del entry.queue[owner]
             lease = min(waiter.lease, CLAIM_SECONDS)
@@ -165,10 +118,10 @@ class LocMemBackend(BaseLockBackend):
             return self._acquire(name, entry, owner, request, now)
 
     def _acquire(
-        self, name: str, entry: _Entry, owner: str, request: AcquireRequest, now: float
+        self, name: str, entry: Entry, owner: str, request: AcquireRequest, now: float
     ) -> AcquireResult:
         # What the owner leaves in the queue, and then on its hold: lease, limit, metadata.
-        waiter = _Waiter(
+        waiter = Waiter(
             now + request.wait,
             request.ttl,
             request.limit,
@@ -194,7 +147,7 @@ class LocMemBackend(BaseLockBackend):
         if request.holds:
             return AcquireResult(False, lost=True)
         waits = waiter.ends > now
-        queued = self._queued(entry, owner, request)
+        queued = entry.queued(owner, request)
         if queued:
             if waits:
                 entry.queue[owner] = waiter  # re-registering keeps the owner's first place
@@ -204,7 +157,7 @@ class LocMemBackend(BaseLockBackend):
                 mine = entry.holders[owner]
                 mine.ends = now + request.ttl  # the lease asked for, not a grant's
                 return AcquireResult(True, mine.fencing_token, 1, lease=request.ttl)
-        if self._admits(entry, request.limit) and not (queued and entry.queue):
+        if entry.admits(request.limit) and not (queued and entry.queue):
             entry.queue.pop(owner, None)
             token = self._hold(name, entry, owner, request.ttl, waiter)
             return AcquireResult(True, token, 1, lease=request.ttl)
@@ -214,6 +167,33 @@ class LocMemBackend(BaseLockBackend):
             entry.queue.pop(owner, None)
         ends = [h.ends for h in entry.holders.values()]
         return AcquireResult(False, retry_after=max(0.0, min(ends) - now) if ends else 0.0)
+
+    def acquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        # As the Redis script does: look at every name, then take every one, or none.
+        with self._changed:
+            now = time.monotonic()
+            entries = [self._entry(name, now) for name in names]
+            try:
+                for name, entry, known in zip(names, entries, holds, strict=True):
+                    holder = entry.holders.get(owner)
+                    if holder is not None and holder.limit == 1:
+                        continue  # a reentrant acquire
+                    if holder is not None or known > 0 or (request.fair and entry.queue):
+                        return AcquireAllResult()  # settled by each name's own acquire
+                    if not entry.admits(1):
+                        ends = min(h.ends for h in entry.holders.values())
+                        return AcquireAllResult(refused=name, retry_after=max(0.0, ends - now))
+                return AcquireAllResult(
+                    tuple(
+                        self._acquire(name, entry, owner, replace(request, holds=known), now)
+                        for name, entry, known in zip(names, entries, holds, strict=True)
+                    )
+                )
+            finally:
+                for name, entry in zip(names, entries, strict=True):
+                    self._tidy(name, entry)
 
     def release(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
@@ -306,6 +286,11 @@ class LocMemBackend(BaseLockBackend):
 
     async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         return self.acquire(name, owner, request)
+
+    async def aacquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        return self.acquire_all(names, owner, request, holds)
 
     async def arelease(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0

@@ -17,8 +17,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from ..exceptions import InvalidLockBackendError, LockError
-from ._redis.keys import RedisKeyspace
+from ..exceptions import InvalidLockBackendError
 from ._redis.loops import PerLoop
 from ._redis.options import (
     ASYNC_CONNECTION_OPTIONS,
@@ -36,8 +35,10 @@ from ._redis.options import (
     url_problems,
 )
 from ._redis.protocol import (
+    acquire_all_args,
     acquire_args,
     acquired,
+    acquired_all,
     count,
     extend_args,
     granted,
@@ -46,9 +47,17 @@ from ._redis.protocol import (
     seconds,
     send_together,
 )
+from ._redis.renew import PipelinedRenewal
 from ._redis.replicas import replicated, unreplicated
 from ._redis.scripts import Scripts
-from .base import AcquireRequest, AcquireResult, BaseLockBackend, Grant, Problem
+from .base import (
+    AcquireAllResult,
+    AcquireRequest,
+    AcquireResult,
+    BaseLockBackend,
+    Grant,
+    Problem,
+)
 
 __all__ = ["RedisBackend", "redact_url"]
 
@@ -59,16 +68,15 @@ logger = logging.getLogger("django_redis_lock")
 _Won = TypeVar("_Won", AcquireResult, Grant)
 
 
-class RedisBackend(RedisKeyspace):
+class RedisBackend(PipelinedRenewal):
     """Locks stored on one Redis server.
 
     OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
     (default lease), ``fencing_ttl`` (0, the default: fencing tokens come from the server's
     clock and nothing is kept after a release; more: a durable counter per name, kept that
-    long after its last lease),
-    ``socket_timeout`` and ``socket_connect_timeout`` (seconds; every call fails within them
-    when Redis is unreachable), and any keyword argument of redis-py's connection pool
-    (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
+    long after its last lease), ``socket_timeout`` and ``socket_connect_timeout`` (seconds;
+    every call fails within them when Redis is unreachable), and any keyword argument of
+    redis-py's connection pool (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
     """
 
     options: ClassVar[frozenset[str]] = BaseLockBackend.options | {
@@ -179,19 +187,22 @@ class RedisBackend(RedisKeyspace):
         where = f"service={self.service_name!r}" if self.sentinels else f"url={self.location!r}"
         return f"<{type(self).__name__} {where} prefix={self.key_prefix!r}>"
 
-    def _run(self, script: str, name: str, args: list[Any]) -> Any:
+    def _run(self, script: str, name: str, args: list[Any], *more: str) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
-        # holders key is passed; the scripts derive the lock's other keys from it.
+        # holders key of each lock (``name``, then ``more``) is passed; the scripts derive
+        # the lock's other keys from it.
+        keys = self.key(name) if not more else [self.key(one) for one in (name, *more)]
         try:
-            return self._scripts.run(self.client.execute_command, script, self.key(name), args)
+            return self._scripts.run(self.client.execute_command, script, keys, args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
-    async def _arun(self, script: str, name: str, args: list[Any]) -> Any:
+    async def _arun(self, script: str, name: str, args: list[Any], *more: str) -> Any:
         # _run() on the running event loop's own client.
         command = (await self._async_clients.get()).execute_command
+        keys = self.key(name) if not more else [self.key(one) for one in (name, *more)]
         try:
-            return await self._scripts.arun(command, script, self.key(name), args)
+            return await self._scripts.arun(command, script, keys, args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
 
@@ -204,6 +215,14 @@ class RedisBackend(RedisKeyspace):
             reply, acks = self._replicated(name, "EVALSHA", sha, 1, self.key(name), *args)
             return self._durable(name, owner, acquired(reply), acks)
         return acquired(self._run("acquire", name, args))
+
+    def acquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        if self.wait_replicas:
+            return None  # each name's acquire waits for its replicas: one by one
+        args = acquire_all_args(owner, request, holds, self._fencing_arg)
+        return acquired_all(names, self._run("acquire_all", names[0], args, *names[1:]))
 
     def release(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
@@ -324,6 +343,14 @@ class RedisBackend(RedisKeyspace):
             await self._arun("acquire", name, acquire_args(owner, request, self._fencing_arg))
         )
 
+    async def aacquire_all(
+        self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
+    ) -> AcquireAllResult | None:
+        if self.wait_replicas:
+            return None
+        args = acquire_all_args(owner, request, holds, self._fencing_arg)
+        return acquired_all(names, await self._arun("acquire_all", names[0], args, *names[1:]))
+
     async def arelease(
         self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
     ) -> int | None:
@@ -361,33 +388,6 @@ class RedisBackend(RedisKeyspace):
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()
-
-    def renew(
-        self, leases: Sequence[tuple[str, str, float]]
-    ) -> Sequence[float | LockError | None]:
-        # Every lease in one pipeline: one round trip, however many locks are held.
-        if not leases:
-            return []
-        with self._errors(None):
-            self._scripts.load(self.client, "extend")
-            return [seconds(reply) for reply in self._renew_on(self.client, leases)]
-
-    def _renew_on(
-        self,
-        client: Any,
-        leases: Sequence[tuple[str, str, float]],
-        keep: tuple[type[Exception], ...] = (),
-    ) -> list[Any]:
-        """Renew ``leases`` in one pipeline on ``client``; raise the first error of any.
-
-        Errors of the ``keep`` types stand in the list instead, in the place of their lease.
-        """
-        calls = [(self.key(name), extend_args(owner, ttl, True)) for name, owner, ttl in leases]
-        replies = self._scripts.run_many(client, "extend", calls)
-        for reply in replies:
-            if isinstance(reply, redis.RedisError) and not isinstance(reply, keep):
-                raise reply
-        return replies
 
     def force_release(self, name: str, owner: str | None = None) -> int:
         return int(self._run("force_release", name, [owner or "", self._fencing_arg]))

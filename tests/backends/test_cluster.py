@@ -34,6 +34,7 @@ from django_redis_lock import (
     InvalidLockArgumentError,
     alock,
     lock,
+    lock_all,
     locks,
 )
 from django_redis_lock.backends.base import AcquireRequest, glob_escape, holder_metadata
@@ -290,6 +291,40 @@ def test_semaphore__two_holders_at_once_and_the_third_is_handed_a_slot(
     waiter.join(10)
     first.release()
     assert list(backend.iter_locks("sem")) == []
+
+
+# lock_all --------------------------------------------------------------------------------------
+
+
+def test_lock_all__names_sharing_a_hash_tag_are_taken_by_one_script(
+    backend: RedisClusterBackend, node_clients: dict[int, redis_py.Redis]
+) -> None:
+    names = ["{acct}:1", "{acct}:2", "{acct}:3"]
+    assert len({key_slot(backend.key(name).encode()) for name in names}) == 1
+    primary = node_clients[port_of(backend, names[0])]
+    with lock_all(names, using="cluster"):  # the primary loads the script
+        pass
+    primary.config_resetstat()
+    with lock_all(names, using="cluster") as multi:
+        stats = primary.info("commandstats")
+        assert stats["cmdstat_evalsha"]["calls"] == 1
+        assert sorted(multi.fencing_tokens) == names
+        assert (
+            in_thread(lambda: lock("{acct}:2", using="cluster").acquire(blocking=False)) is False
+        )
+    assert not any(lock(name, using="cluster").locked() for name in names)
+
+
+def test_lock_all__names_on_several_primaries_are_taken_one_by_one(
+    backend: RedisClusterBackend,
+) -> None:
+    names = [found[0] for found in names_on(backend, "spread", 1).values()]
+    assert len({port_of(backend, name) for name in names}) == 3
+    assert backend.acquire_all(names, "me", AcquireRequest(ttl=30), [0, 0, 0]) is None
+    with lock_all(names, using="cluster") as multi:
+        assert sorted(multi.fencing_tokens) == sorted(names)
+        assert all(lock(name, using="cluster").locked() for name in names)
+    assert not any(lock(name, using="cluster").locked() for name in names)
 
 
 # Listing -------------------------------------------------------------------------------------

@@ -162,8 +162,13 @@ def test_lock_all__an_error_while_acquiring_gives_back_what_was_taken(using: str
         raise KeyboardInterrupt
 
     multi.locks[2]._acquire = interrupted  # type: ignore[method-assign]
-    with pytest.raises(KeyboardInterrupt):
-        multi.acquire()
+    other = OtherOwner(using, "all:c")  # so the names are taken one by one
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            multi.acquire()
+        assert held_names(using, NAMES) == {"all:c"}
+    finally:
+        other.stop()
     assert held_names(using, NAMES) == set()
 
 

@@ -6,15 +6,18 @@ Durations cross as whole milliseconds; each script's ``ARGV`` and reply are in i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 
-from ..base import AcquireRequest, AcquireResult, Grant
+from ..base import AcquireAllResult, AcquireRequest, AcquireResult, Grant
 
 __all__ = [
+    "acquire_all_args",
     "acquire_args",
     "acquired",
+    "acquired_all",
     "count",
     "extend_args",
     "granted",
@@ -52,6 +55,32 @@ def acquire_args(owner: str, request: AcquireRequest, fencing_arg: bytes) -> lis
         COUNT_HERE if request.holds is None else request.holds,
         request.attempt,
     ]
+
+
+def acquire_all_args(
+    owner: str, request: AcquireRequest, holds: Sequence[int], fencing_arg: bytes
+) -> list[Any]:
+    """Return the acquire_all script's ARGV for ``request`` and each lock's known holds."""
+    flag = b"f" if request.fair else b"-"
+    head = [owner, ms(request.ttl), request.metadata, fencing_arg, flag, request.attempt]
+    return [*head, *holds]
+
+
+def acquired_all(names: Sequence[str], reply: list[Any]) -> AcquireAllResult:
+    """Return the acquire_all script's reply as an AcquireAllResult (see its header)."""
+    if reply[0] == 1:
+        values = [int(value) for value in reply[1:]]
+        per_lock = zip(values[::3], values[1::3], values[2::3], strict=True)
+        return AcquireAllResult(
+            tuple(
+                AcquireResult(True, fencing_token=token, holds=holds, lease=lease / 1000)
+                for token, holds, lease in per_lock
+            )
+        )
+    refused = names[int(reply[1]) - 1]
+    if reply[0] == 0:
+        return AcquireAllResult(refused=refused, retry_after=max(int(reply[2]), 0) / 1000)
+    return AcquireAllResult()
 
 
 #: The release script's min_hold argument when there is none.

@@ -14,7 +14,15 @@ from redis.exceptions import NoScriptError
 
 __all__ = ["SCRIPT_NAMES", "Scripts", "source"]
 
-SCRIPT_NAMES = ("acquire", "release", "extend", "ttl", "force_release", "withdraw")
+SCRIPT_NAMES = (
+    "acquire",
+    "acquire_all",
+    "release",
+    "extend",
+    "ttl",
+    "force_release",
+    "withdraw",
+)
 
 HELPERS_MARKER = "--! helpers"
 
@@ -53,24 +61,28 @@ class Scripts:
         """Note that the server lost script ``name`` (it restarted): load it again when needed."""
         self._loaded.discard(name)
 
-    def run(self, command: Callable[..., Any], name: str, key: str, args: Sequence[Any]) -> Any:
-        """Run script ``name`` on ``key`` through ``command`` (a client's execute_command).
+    def run(
+        self, command: Callable[..., Any], name: str, key: str | Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run script ``name`` on ``key`` (or keys) through ``command`` (an execute_command).
 
         EVALSHA first; a server that lost its scripts (a restart) is sent the source.
         """
+        keys = [key] if isinstance(key, str) else key
         try:
-            return command("EVALSHA", self.sha[name], 1, key, *args)
+            return command("EVALSHA", self.sha[name], len(keys), *keys, *args)
         except NoScriptError:
-            return command("EVAL", source(name), 1, key, *args)
+            return command("EVAL", source(name), len(keys), *keys, *args)
 
     async def arun(
-        self, command: Callable[..., Any], name: str, key: str, args: Sequence[Any]
+        self, command: Callable[..., Any], name: str, key: str | Sequence[str], args: Sequence[Any]
     ) -> Any:
         """Do what :meth:`run` does, through an asyncio client's ``command``."""
+        keys = [key] if isinstance(key, str) else key
         try:
-            return await command("EVALSHA", self.sha[name], 1, key, *args)
+            return await command("EVALSHA", self.sha[name], len(keys), *keys, *args)
         except NoScriptError:
-            return await command("EVAL", source(name), 1, key, *args)
+            return await command("EVAL", source(name), len(keys), *keys, *args)
 
     def run_many(
         self, client: Any, name: str, calls: Sequence[tuple[str, Sequence[Any]]]

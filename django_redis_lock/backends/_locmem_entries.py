@@ -1,0 +1,67 @@
+"""What :class:`~.locmem.LocMemBackend` keeps of one lock: its holders, queue and grants.
+
+An :class:`Entry` also answers the two questions an acquire asks of a lock, by the rules the
+Redis scripts follow (see ``AcquireRequest.limit``): may one more owner hold it, and must
+an owner wait its turn in the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._requests import AcquireRequest, Grant
+
+__all__ = ["CLAIM_SECONDS", "Entry", "Holder", "Waiter"]
+
+#: A lease handed to a waiter lasts this long until the waiter claims it (as on Redis).
+CLAIM_SECONDS = 1.0
+
+
+@dataclass
+class Holder:
+    """One owner's hold of a lock."""
+
+    ends: float
+    fencing_token: int
+    acquired_at: float
+    metadata: str | bytes
+    attempt: str
+    holds: int = 1
+    #: When the hold was taken, on the monotonic clock (``acquired_at`` is wall time).
+    since: float = 0.0
+    #: The most holders it shares the lock with (see ``AcquireRequest.limit``).
+    limit: int = 1
+
+
+@dataclass
+class Waiter:
+    """One owner's registration in a lock's queue."""
+
+    ends: float
+    lease: float
+    limit: int
+    metadata: str | bytes
+    attempt: str = ""
+    fair: bool = False
+    #: When the owner joined the queue (wall time); kept when it registers again.
+    since: float = 0.0
+
+
+@dataclass
+class Entry:
+    """One lock: its holders, its queue (insertion order is arrival), grants not yet claimed."""
+
+    holders: dict[str, Holder] = field(default_factory=dict)
+    queue: dict[str, Waiter] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
+
+    def admits(self, limit: int) -> bool:
+        """Return whether one more owner, asking for ``limit``, reaches no holder's limit."""
+        return len(self.holders) < min([limit, *(h.limit for h in self.holders.values())])
+
+    def queued(self, owner: str, request: AcquireRequest) -> bool:
+        """Return whether ``owner`` is served in queue order: fair, or a reader behind a writer."""
+        return bool(self.queue) and (
+            request.fair
+            or any(w.limit < request.limit for o, w in self.queue.items() if o != owner)
+        )
