@@ -3,8 +3,9 @@
 Processes (some running asyncio tasks) take one lock with short leases, random holds (some
 longer than the lease, so renewal runs), random timeouts and nested acquires, while a chaos
 thread stops, resumes and kills them, holders and waiters alike. ``STRESS_SECONDS`` sets the
-length of the run on Redis (default 45); Redlock and Cluster run a third of it, and so does
-the run of ``lock_all`` over several names (tests/support/stress_lock_all.py).
+length of the run on Redis (default 45); Redlock and Cluster run a third of it, and so do
+the run of ``lock_all`` over several names (tests/support/stress_lock_all.py) and the run of
+the two sides of a read-write lock (tests/support/stress_rwlock.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from django_redis_lock.testing.topologies import IndependentMasters, RedisClusterServers
-from tests.support import stress, stress_lock_all
+from tests.support import stress, stress_lock_all, stress_rwlock
 
 pytestmark = pytest.mark.slow
 
@@ -28,6 +29,7 @@ def backend(path: str, **options: object) -> dict[str, object]:
 
 def assert_explained(report: stress.Report) -> None:
     print(report.summary())
+    assert report.crashed == [], "a worker failed: see its log"
     assert report.acquisitions >= report.seconds, "too few acquisitions to mean anything"
     assert report.pauses
     assert report.kills
@@ -53,6 +55,46 @@ def test_stress__cluster(prefix: str, tmp_path: Path) -> None:
             "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
         )
         assert_explained(stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3))
+
+
+def test_stress__rwlock_redis(redis_url: str, prefix: str, tmp_path: Path) -> None:
+    setting = backend("redis.RedisBackend", url=redis_url, key_prefix=prefix, socket_timeout=2)
+    report = stress_rwlock.run(setting, tmp_path, processes=8, seconds=SECONDS / 3)
+    assert_explained(report)
+    assert report.shared, "no two readers ever held the lock at once"
+
+
+def crashing_worker(*arguments: object) -> None:
+    """A stress worker that fails at once, as one whose code is broken would."""
+    raise RuntimeError("this worker fails")
+
+
+def test_run__a_worker_that_fails_fails_the_run(
+    redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    setting = backend("redis.RedisBackend", url=redis_url, key_prefix=prefix)
+    report = stress.run(
+        setting, tmp_path, processes=2, seconds=1, chaos=False, target=crashing_worker
+    )
+    assert len(report.crashed) == 2
+    assert all(line.endswith("exited with 1") for line in report.crashed)
+
+
+def test_check__two_readers_may_overlap_a_writer_with_anyone_may_not(tmp_path: Path) -> None:
+    ms = 1_000_000
+    logs = {
+        "chaos.log": [],
+        "worker-0.log": ["pid 10", "enter 1 0 - read", f"leave 1 {100 * ms}"],
+        "worker-1.log": ["pid 11", f"enter 2 {50 * ms} - read", f"leave 2 {150 * ms}"],
+        "worker-2.log": ["pid 12", f"enter 3 {140 * ms} -", f"leave 3 {200 * ms}"],
+    }
+    for name, lines in logs.items():
+        (tmp_path / name).write_text("".join(f"{line}\n" for line in lines))
+    report = stress.check(tmp_path, 3, 1.0)
+    assert (report.shared, report.overlaps) == (1, 1)
+    assert [line.splitlines()[0] for line in report.unexplained] == [
+        "tokens 2 (pid 11) and 3 (pid 12) ran at once; neither was told of a loss"
+    ]
 
 
 def test_stress__lock_all_redis(redis_url: str, prefix: str, tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ that a line written survives a SIGKILL right after it (times are ``time.monotoni
 clock for every process of the machine)::
 
     enter <token> <ns> <end>   first statement of a critical section; <end>: when the lease
-                               ends as the lock told its holder, or "-" if it is renewed
+                               ends as the lock told its holder, or "-" if it is renewed;
+                               "read" after it marks a reader of a read-write lock
     lease <token> <end>        a nested acquire took a new lease, ending then
     seen <token> <other> <ns>  on entry, the shared occupancy array showed another holder
     leave <token> <ns>         last statement of the critical section (before the release)
@@ -15,7 +16,9 @@ clock for every process of the machine)::
 The chaos thread logs ``stop``, ``cont`` and ``kill`` with the pid and time. A critical section
 runs from its ``enter`` to its ``leave``, or to its process's death (to the pause it died in,
 if it was killed while stopped: it never ran after that). Two that overlap are explained when
-either holder was told of a loss; :func:`check` returns the ones that are not.
+either holder was told of a loss; :func:`check` returns the ones that are not. Two readers
+of a read-write lock may overlap (tests/support/stress_rwlock.py): only an overlap with a
+writer needs explaining.
 """
 
 from __future__ import annotations
@@ -68,6 +71,16 @@ def worker(
     use_asyncio: bool,
 ) -> None:
     """Take ``name`` again and again until ``until`` (monotonic), logging what ran when."""
+    log = prepare(setting, log_path)
+    rng = random.Random(seed)
+    if use_asyncio:
+        asyncio.run(_async_rounds(name, slot, inside, log, until, rng))
+    else:
+        _rounds(name, slot, inside, log, until, rng)
+
+
+def prepare(setting: dict[str, Any], log_path: str) -> _Log:
+    """Set up a worker process: Django, its log (starting with its pid), losses logged."""
     _setup(setting)
     import logging
 
@@ -78,16 +91,12 @@ def worker(
 
     log = _Log(log_path)
     log("pid", os.getpid())
-    rng = random.Random(seed)
 
     def reported(**kwargs: Any) -> None:
         log("lost", kwargs["fencing_token"], time.monotonic_ns())
 
     lock_lost.connect(reported, weak=False)
-    if use_asyncio:
-        asyncio.run(_async_rounds(name, slot, inside, log, until, rng))
-    else:
-        _rounds(name, slot, inside, log, until, rng)
+    return log
 
 
 def _hold(rng: random.Random, ttl: float) -> float:
@@ -105,12 +114,18 @@ def _lease_end(handle: Any) -> str:
     return str(int(ends[0] * 1e9)) if ends else "-"
 
 
-def _enter(log: _Log, inside: Any, slot: int, token: int, lease_end: str) -> None:
-    log("enter", token, time.monotonic_ns(), lease_end)
-    inside[slot] = token
+def _enter(
+    log: _Log, inside: Any, slot: int, token: int, lease_end: str, *, shared: bool = False
+) -> None:
+    """Log an entry; a ``shared`` one (a reader's) is marked so, and sees writers only.
+
+    The occupancy array holds a writer's token, or minus a reader's.
+    """
+    log("enter", token, time.monotonic_ns(), lease_end, *(["read"] if shared else []))
+    inside[slot] = -token if shared else token
     for other, value in enumerate(inside):
-        if other != slot and value:
-            log("seen", token, value, time.monotonic_ns())
+        if other != slot and (value > 0 if shared else value):
+            log("seen", token, abs(value), time.monotonic_ns())
 
 
 def _leave(log: _Log, inside: Any, slot: int, token: int) -> None:
@@ -202,9 +217,13 @@ class Report:
     kills: int = 0
     losses: int = 0
     overlaps: int = 0
+    #: Overlaps of two readers of a read-write lock, which need no explaining.
+    shared: int = 0
     #: Overlaps with a holder that outlived an unrenewed lease and died before it looked.
     outlived: int = 0
     unexplained: list[str] = field(default_factory=list)
+    #: Workers that ended other than by the chaos or at the end of the run (see ``finish``).
+    crashed: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         return (
@@ -212,6 +231,7 @@ class Report:
             f"acquisitions, {self.pauses} pauses, {self.kills} kills, {self.losses} losses "
             f"reported, {self.overlaps} overlaps ({self.outlived} with a holder that outlived an "
             f"unrenewed lease and died), {len(self.unexplained)} unexplained"
+            + (f"; and {self.shared} overlaps of two readers" if self.shared else "")
         )
 
 
@@ -225,8 +245,12 @@ def run(
     seed: int = 1,
     asyncio_share: float = 0.25,
     chaos: bool = True,
+    target: Callable[..., None] = worker,
 ) -> Report:
-    """Run the stress test; return its report (``unexplained`` must be empty)."""
+    """Run the stress test; return its report (``unexplained`` must be empty).
+
+    ``target`` runs in each worker process, with the arguments of :func:`worker`.
+    """
     rng = random.Random(seed)
     inside = spawn.Array("q", processes, lock=False)
     until = time.monotonic() + seconds
@@ -237,7 +261,7 @@ def run(
     def start(slot: int) -> None:
         number = next(counter)
         child = spawn.Process(
-            target=worker,
+            target=target,
             args=(
                 setting,
                 name,
@@ -258,11 +282,27 @@ def run(
     time.sleep(2.0)  # the workers start (a spawned interpreter imports Django first)
     if chaos:
         _chaos(rng, children, inside, chaos_log, until, start)
+    crashed = finish(children, until)
+    report = check(directory, processes, seconds)
+    report.crashed = crashed
+    return report
+
+
+def finish(children: dict[int, multiprocessing.process.BaseProcess], until: float) -> list[str]:
+    """Wait for the workers the chaos left alive; return how each that failed ended.
+
+    Those end by themselves at ``until``: one that raised, or hangs, is a failed run, however
+    many acquisitions the others made.
+    """
+    failed = []
     for child in children.values():
         child.join(max(5.0, until - time.monotonic() + 30))
         if child.is_alive():
             child.kill()
-    return check(directory, processes, seconds)
+            failed.append(f"worker pid {child.pid} hung, and was killed")
+        elif child.exitcode != 0:
+            failed.append(f"worker pid {child.pid} exited with {child.exitcode}")
+    return failed
 
 
 def _chaos(
@@ -321,6 +361,8 @@ class _Section:
     #: When the lease of a hold that was not renewed ended, at the latest.
     lease_end: int | None
     leave: int | None = None
+    #: A reader of a read-write lock: it may overlap other readers.
+    shared: bool = False
 
 
 def check(directory: Path, processes: int, seconds: float) -> Report:
@@ -354,7 +396,13 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
             elif kind == "enter":
                 lease_end = None if words[3] == "-" else int(words[3])
                 sections.append(
-                    _Section(pids.get(key, -1), int(words[1]), int(words[2]), lease_end)
+                    _Section(
+                        pids.get(key, -1),
+                        int(words[1]),
+                        int(words[2]),
+                        lease_end,
+                        shared=words[4:] == ["read"],
+                    )
                 )
             elif kind == "lease" and words[2] != "-":
                 for section in reversed(sections):
@@ -384,6 +432,9 @@ def check(directory: Path, processes: int, seconds: float) -> Report:
                 break
             if first.token == second.token:
                 continue  # one hold, counted by two tasks of one process: not possible
+            if first.shared and second.shared:
+                report.shared += 1
+                continue
             report.overlaps += 1
             if {first.token, second.token} & lost:
                 continue

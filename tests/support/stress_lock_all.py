@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .stress import TIMEOUTS, TTLS, Report, _chaos, _Log, _setup, check
+from .stress import TIMEOUTS, TTLS, Report, _chaos, _Log, _setup, check, finish
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -169,12 +169,10 @@ def run(
         start(slot)
     time.sleep(2.0)  # the workers start (a spawned interpreter imports Django first)
     _chaos(rng, children, inside, chaos_log, until, start)
-    for child in children.values():
-        child.join(max(5.0, until - time.monotonic() + 30))
-        if child.is_alive():
-            child.kill()
+    crashed = finish(children, until)
     reports = {}
     for name in chosen:
         shutil.copy(directory / "chaos.log", directory / name / "chaos.log")
         reports[name] = check(directory / name, processes, seconds)
+        reports[name].crashed = crashed
     return reports
