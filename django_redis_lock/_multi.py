@@ -20,16 +20,14 @@ from typing import Any, Generic, Literal, TypeVar
 from ._handle import LockHandle
 from ._observe import Watch, observers
 from ._validation import (
+    refuse_limit_and_min_hold,
     validate_flag,
-    validate_limit,
-    validate_min_hold,
     validate_names,
     validate_on_lost,
 )
 from .backends.base import AcquireAllResult, AcquireRequest, BaseLockBackend
 from .conf import DEFAULT_ALIAS
 from .exceptions import (
-    InvalidLockArgumentError,
     LockLostError,
     LockNotAcquiredError,
     LockNotOwnedError,
@@ -93,16 +91,14 @@ class MultiLockBase(Generic[H]):
         owner: str | None = None,
     ) -> None:
         self.names = validate_names(names)
-        if validate_limit(limit) != 1:
-            raise InvalidLockArgumentError(
-                f"limit cannot be given to lock_all() (got {limit!r}): it takes each name as "
-                "a lock (limit=1), not a slot of several semaphores."
-            )
-        if validate_min_hold(min_hold):
-            raise InvalidLockArgumentError(
-                f"min_hold cannot be given to lock_all() (got {min_hold!r}): a name released "
-                "because another could not be taken must be free at once, not kept held."
-            )
+        refuse_limit_and_min_hold(
+            limit,
+            min_hold,
+            caller="lock_all()",
+            why_limit="it takes each name as a lock (limit=1), not a slot of several semaphores",
+            why_min_hold="a name released because another could not be taken must be free at "
+            "once, not kept held",
+        )
         self.on_lost = validate_on_lost(on_lost)
         self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost")
         self.using = using

@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ._validation import validate_limit, validate_min_hold
+from ._validation import refuse_limit_and_min_hold
 from .aio import AsyncLock
 from .backends.base import SHARED
 from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError
 from .lock import Lock
 
 __all__ = ["AsyncReadWriteLock", "ReadWriteLock", "arwlock", "rwlock"]
@@ -62,18 +61,16 @@ class _ReadWrite(Generic[H]):
         raise_on_lost: bool = True,
         owner: str | None = None,
     ) -> None:
-        if validate_limit(limit, lock_name=name) != 1:
-            raise InvalidLockArgumentError(
-                f"limit cannot be given to rwlock() (got {limit!r}): its sides set their own "
-                "(a writer holds alone, readers share the lock with readers).",
-                lock_name=name,
-            )
-        if validate_min_hold(min_hold, lock_name=name):
-            raise InvalidLockArgumentError(
-                f"min_hold cannot be given to rwlock() (got {min_hold!r}): it keeps a lock, "
-                "not a side of a read-write lock, held for a minimum time.",
-                lock_name=name,
-            )
+        refuse_limit_and_min_hold(
+            limit,
+            min_hold,
+            caller="rwlock()",
+            why_limit="its sides set their own (a writer holds alone, readers share the lock "
+            "with readers)",
+            why_min_hold="it keeps a lock, not a side of a read-write lock, held for a "
+            "minimum time",
+            lock_name=name,
+        )
         arguments: dict[str, Any] = {
             "ttl": ttl,
             "blocking": blocking,
