@@ -4,8 +4,9 @@ Processes (some running asyncio tasks) take one lock with short leases, random h
 longer than the lease, so renewal runs), random timeouts and nested acquires, while a chaos
 thread stops, resumes and kills them, holders and waiters alike. ``STRESS_SECONDS`` sets the
 length of the run on Redis (default 45); Redlock and Cluster run a third of it, and so do
-the run of ``lock_all`` over several names (tests/support/stress_lock_all.py) and the run of
-the two sides of a read-write lock (tests/support/stress_rwlock.py).
+the runs of ``lock_all`` over several names (tests/support/stress_lock_all.py: on Redis,
+Redlock and Cluster) and of the two sides of a read-write lock (tests/support/stress_rwlock.py:
+on Redis and Cluster; Redlock refuses read-write locks).
 """
 
 from __future__ import annotations
@@ -55,6 +56,39 @@ def test_stress__cluster(prefix: str, tmp_path: Path) -> None:
             "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
         )
         assert_explained(stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3))
+
+
+def test_stress__lock_all_redlock(prefix: str, tmp_path: Path) -> None:
+    with IndependentMasters(3) as masters:
+        setting = backend("redlock.RedlockBackend", urls=masters.urls, key_prefix=prefix)
+        reports = stress_lock_all.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
+    for name, report in reports.items():
+        print(name, end=": ")
+        assert_explained(report)
+
+
+def test_stress__lock_all_cluster(prefix: str, tmp_path: Path) -> None:
+    # The names live in several slots: taken one by one, across primaries.
+    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
+        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
+        setting = backend(
+            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
+        )
+        reports = stress_lock_all.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
+    for name, report in reports.items():
+        print(name, end=": ")
+        assert_explained(report)
+
+
+def test_stress__rwlock_cluster(prefix: str, tmp_path: Path) -> None:
+    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
+        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
+        setting = backend(
+            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
+        )
+        report = stress_rwlock.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
+    assert_explained(report)
+    assert report.shared, "no two readers ever held the lock at once"
 
 
 def test_stress__rwlock_redis(redis_url: str, prefix: str, tmp_path: Path) -> None:
