@@ -164,7 +164,7 @@ class MultiLockBase(Generic[H]):
         """
         first = self._members[0]
         owner = first._owner_token()
-        holds = [member._hold() for member in self._members]
+        holds = self._holds()
         if any(hold is not None and hold.lost_reason is not None for hold in holds):
             return None
         request = AcquireRequest(
@@ -190,7 +190,10 @@ class MultiLockBase(Generic[H]):
                 self._watched([result.refused], blocking, acquired=False)
             return None if result is None else result.refused
         ends = [once.sent + (taken.lease or once.request.ttl) for taken in result.results]
-        if time.monotonic() >= min(ends):  # a lease ended before the answer came: no hold
+        lost = any(hold is not None and hold.lost_reason for hold in self._holds())
+        if lost or time.monotonic() >= min(ends):
+            # A lease ended before the answer came, or a name held before was found lost
+            # meanwhile: no acquisition. Each name's own acquire settles it (and reports it).
             self._withdraw_at_once(once)
             return None
         for member, taken, end in zip(self._members, result.results, ends, strict=True):
@@ -206,6 +209,10 @@ class MultiLockBase(Generic[H]):
         if observers:
             self._watched(self.names, blocking, acquired=True)
         return True
+
+    def _holds(self) -> list[Hold | None]:
+        """Return the caller's hold of each name (None where it holds none)."""
+        return [member._hold() for member in self._members]
 
     def _withdraw_at_once(self, once: AtOnce) -> None:
         """Have whatever an attempt at once took, with no answer seen, undone on the backend."""

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
 from ._multi import MultiLockBase
-from .aio import AsyncLock
+from .aio import AsyncLock, _cancels, _raise_if_cancelled
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 from .handler import locks
 
@@ -82,8 +82,17 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         once = self._at_once(backend)
         if once is None:
             return None
+        task = asyncio.current_task()
+        cancels = _cancels(task)
         try:
-            result = await backend.aacquire_all(self.names, once.owner, once.request, once.holds)
+            try:
+                result = await backend.aacquire_all(
+                    self.names, once.owner, once.request, once.holds
+                )
+            except LockError:
+                _raise_if_cancelled(task, cancels)  # a time-out standing for a cancellation
+                raise
+            _raise_if_cancelled(task, cancels)  # a cancellation the client swallowed
         except BaseException:
             self._withdraw_at_once(once)  # no answer (or cancelled): undone later
             raise

@@ -65,3 +65,13 @@ class Entry:
             request.fair
             or any(w.limit < request.limit for o, w in self.queue.items() if o != owner)
         )
+
+    def forget_registration(self, owner: str, *, unless_limit: int) -> None:
+        """Drop ``owner``'s registration if it was made under a limit other than this one.
+
+        It was left by an attempt the owner saw fail (or by a process of the same owner that
+        died): not the current request's, to be handed a slot under that limit.
+        """
+        waiter = self.queue.get(owner)
+        if waiter is not None and waiter.limit != unless_limit:
+            del self.queue[owner]

@@ -120,6 +120,7 @@ class LocMemBackend(BaseLockBackend):
     def _acquire(
         self, name: str, entry: Entry, owner: str, request: AcquireRequest, now: float
     ) -> AcquireResult:
+        entry.forget_registration(owner, unless_limit=request.limit)
         # What the owner leaves in the queue, and then on its hold: lease, limit, metadata.
         waiter = Waiter(
             now + request.wait,
@@ -156,6 +157,7 @@ class LocMemBackend(BaseLockBackend):
                 entry.grants.pop(owner, None)
                 mine = entry.holders[owner]
                 mine.ends = now + request.ttl  # the lease asked for, not a grant's
+                mine.attempt = request.attempt  # taken by this attempt (as on Redis)
                 return AcquireResult(True, mine.fencing_token, 1, lease=request.ttl)
         if entry.admits(request.limit) and not (queued and entry.queue):
             entry.queue.pop(owner, None)

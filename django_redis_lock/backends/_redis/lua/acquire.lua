@@ -62,6 +62,7 @@ if current and held_limit ~= limit and known == 0 then
   -- Left by an acquire the owner saw fail, and taken under another limit: no hold of the
   -- owner's to take over; it asks afresh.
   redis.call('HDEL', K_holders, owner)
+  settle()
   current = nil
 elseif current and limit < held_limit then
   return {-2}
@@ -97,6 +98,13 @@ local function register()
   end
 end
 
+-- A registration of this owner under another limit was left by an attempt it saw fail (or
+-- by a process of the same owner that died): not this request's, to be handed a slot under
+-- that limit or to keep its place.
+local registration = redis.call('HGET', K_waiters, owner)
+if registration and tonumber(string.match(registration, '^%d+ %d+ (%d+) ')) ~= limit then
+  leave_queue(owner)
+end
 local waiting = redis.call('EXISTS', K_queue) == 1
 -- A reader queues behind a waiting writer as if it were fair, so writers never starve.
 local queued = waiting and (fair or (limit > 1 and stricter_waiter(owner, limit)))
