@@ -8,13 +8,15 @@ It starts a throw-away ``redis-server`` (never a developer's Redis), configures 
 process and in sixty-four worker processes, and measures, for each library on its own lock
 names:
 
-1. uncontended acquire+release cycles per second in one process, against a PING floor, and
-   the same for the asyncio locks (django-redis-lock's ``alock``, redis-py's asyncio
-   ``Lock``) on one event loop, against an awaited PING (``uncontended.py``; each scenario
-   timed ``--rounds`` times for ``--seconds``, the scenarios taking turns in ``--slice``
-   second slices, the median round kept);
-2. the Redis server time an uncontended cycle costs: the top-level commands' usec in
-   ``INFO commandstats``, and the server's CPU, over ``--server-cycles`` (``servertime.py``);
+1. uncontended acquire+release cycles per second in one process, against a PING floor, with
+   django-redis-lock's other locks (``rwlock``'s read and write sides, ``lock_all`` over 2
+   and 3 names) beside its ``lock``, and the same for the asyncio locks (django-redis-lock's
+   ``alock``, redis-py's asyncio ``Lock``) on one event loop, against an awaited PING
+   (``uncontended.py``; each scenario timed ``--rounds`` times for ``--seconds``, the
+   scenarios taking turns in ``--slice`` second slices, the median round kept);
+2. the Redis server time an uncontended cycle costs, those other locks' too (and a read
+   cycle among 15 readers): the top-level commands' usec in ``INFO commandstats``, and the
+   server's CPU, over ``--server-cycles`` (``servertime.py``);
 3. 1, 4, 16 and 64 processes contending for one lock, held ``--hold`` seconds, for
    ``--contention-seconds``: acquisitions per second, time spent waiting, Jain's fairness
    index, FIFO order, mutual exclusion (and django-redis-lock with ``fair=True`` at 16)
@@ -26,7 +28,11 @@ names:
 6. the round trips and server time renewing 1, 100 and 10,000 held locks costs per renewal
    round, every lease renewed once (``renewal_cost.py``);
 7. ``manage.py locks list --json`` over 1,000, 10,000 and 100,000 held locks (up to
-   ``--listing-max``): its time and peak memory (``listing.py``).
+   ``--listing-max``): its time and peak memory (``listing.py``);
+8. 1, 4 and 16 processes cycling ``rwlock``'s read side on one name, then a ``lock``, as in 3
+   (``--contention-seconds``, ``--hold``) but counting the processes inside: read cycles per
+   second, in total and per process, against the lock's and against no lock at all, the
+   most readers inside at once, and the Redis CPU per cycle (``readers.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
@@ -52,6 +58,7 @@ import footprint
 import handoff
 import listing
 import metrics_overhead
+import readers
 import redis
 import renewal_cost
 import report
@@ -87,6 +94,7 @@ def listing_counts(most: int) -> list[int]:
 
 def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
     """Run every benchmark on the server at ``url``; return the report's data."""
+    machine = report.describe_machine(client)  # its load average: before the run's own load
     with uncontended.environment(url, client) as env:
         results = uncontended.run(
             uncontended.SCENARIOS,
@@ -106,12 +114,13 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             contention.run_case(pool, client, case, args.contention_seconds, args.hold)
             for case in contention.cases(PROCESSES)
         ]
+        shared = readers.run(pool, client, readers.READERS, args.contention_seconds, args.hold)
         handoffs = [handoff.run_contender(pool, c, args.handoffs) for c in handoff.CONTENDERS]
         listed = listing.curve(pool, url, listing_counts(args.listing_max), args.rounds)
     contention.add_ratios(contended)
     handoff.add_ratios(handoffs, ping_us)
     data: dict[str, Any] = {
-        "machine": report.describe_machine(client),
+        "machine": machine,
         "parameters": {
             "seconds": args.seconds,
             "rounds": args.rounds,
@@ -122,6 +131,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             "contention_seconds": args.contention_seconds,
             "hold": args.hold,
             "processes": list(PROCESSES),
+            "readers": list(readers.READERS),
             "handoffs": args.handoffs,
             "distinct": args.distinct,
             "renew_counts": list(RENEW_COUNTS),
@@ -130,6 +140,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         "uncontended": summary,
         "server_time": server_time,
         "contention": contended,
+        "readers": shared,
         "handoff": handoffs,
         "memory": {"distinct": distinct, "end": footprint.whole_run(client)},
         "renewal": renewal,

@@ -5,6 +5,10 @@ a critical section, release. The critical section reads a counter and writes it 
 (two round trips), a read-modify-write that loses updates if two processes are ever inside at
 once, so the run also checks mutual exclusion; then it sleeps until it has held the lock for
 ``hold`` seconds (1 ms by default), as a short real critical section would.
+
+A case may instead count the processes inside (:data:`GAUGE`: ``INCR`` on entering, ``DECR``
+at the end of the hold, also two round trips), for locks that several may hold at once:
+``readers.py`` runs ``rwlock``'s read side so, beside ``lock``.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import libraries
 import redis
 from libraries import DJANGO_REDIS_LOCK, LIBRARIES, REDIS_PY, WAIT_LIMIT, Library
 from workers import Job, Pool
@@ -28,6 +33,42 @@ ORDER_SLACK = 0.001
 FAIR_PROCESSES = 16
 
 
+class Section(NamedTuple):
+    """A critical section: ``enter`` once the lock is held, ``leave`` before releasing it.
+
+    Each is called with the Redis client and the case's counter key; ``enter`` returns how
+    many processes are inside, itself included, or 0 if it does not count them.
+    """
+
+    enter: Callable[[redis.Redis[bytes], str], int]
+    leave: Callable[[redis.Redis[bytes], str], object]
+
+
+def update_counter(client: redis.Redis[bytes], counter: str) -> int:
+    """Read the counter and write it back plus one: lost if two are ever inside at once."""
+    client.set(counter, int(client.get(counter) or 0) + 1)
+    return 0
+
+
+def count_in(client: redis.Redis[bytes], counter: str) -> int:
+    """Count this process in; return how many are inside now, itself included."""
+    return int(client.incr(counter))
+
+
+def count_out(client: redis.Redis[bytes], counter: str) -> object:
+    """Count this process out."""
+    return client.decr(counter)
+
+
+#: The critical sections, by name: a read-modify-write of a counter (checks mutual
+#: exclusion: no update lost), or a count of the processes inside (the most at once).
+UPDATE, GAUGE = "update", "gauge"
+SECTIONS: dict[str, Section] = {
+    UPDATE: Section(update_counter, lambda client, counter: None),
+    GAUGE: Section(count_in, count_out),
+}
+
+
 @dataclass(frozen=True)
 class Case:
     """One contention run: ``processes`` processes on one lock of ``library``."""
@@ -35,11 +76,13 @@ class Case:
     library: Library
     processes: int
     fair: bool = False
+    section: str = UPDATE
 
     @property
     def key(self) -> str:
-        """Return an identifier, also used in the lock's name."""
-        return f"{self.library.key}:{self.processes}{':fair' if self.fair else ''}"
+        """Return an identifier, also used in the counter's name."""
+        counted = "" if self.section == UPDATE else f":{self.section}"
+        return f"{self.library.key}:{self.processes}{':fair' if self.fair else ''}{counted}"
 
     @property
     def label(self) -> str:
@@ -59,26 +102,37 @@ def fair_at(process_counts: Sequence[int]) -> int:
 
 
 def contend(
-    job: Job, *, library: str, name: str, fair: bool, seconds: float, hold: float, counter: str
+    job: Job,
+    *,
+    library: str,
+    name: str,
+    fair: bool,
+    seconds: float,
+    hold: float,
+    counter: str,
+    section: str = UPDATE,
 ) -> Any:
-    """Loop acquire, read-modify-write, hold, release for ``seconds`` (a job run in a worker)."""
-    lib = LIBRARIES[library]
+    """Loop acquire, critical section, hold, release for ``seconds`` (a job run in a worker)."""
+    lib = libraries.library(library)
     handle = lib.handle(job.client, name, **({"fair": True} if fair else {}))
+    enter, leave = SECTIONS[section]
     client = job.client
     entered_at: list[float] = []
     acquired_at: list[float] = []
+    most = 0
     start = job.wait_for_start()
     end = start + seconds
     while (entered := time.monotonic()) < end:
         if not handle.acquire():
             raise RuntimeError(f"{lib.label} did not acquire {name!r} within {WAIT_LIMIT} s")
         acquired = time.monotonic()
-        client.set(counter, int(client.get(counter) or 0) + 1)
+        most = max(most, enter(client, counter))
         time.sleep(max(0.0, acquired + hold - time.monotonic()))
+        leave(client, counter)
         handle.release()
         entered_at.append(entered)
         acquired_at.append(acquired)
-    return {"start": start, "entered": entered_at, "acquired": acquired_at}
+    return {"start": start, "entered": entered_at, "acquired": acquired_at, "most": most}
 
 
 def percentile(values: Sequence[float], percent: int) -> float:
@@ -123,6 +177,7 @@ def run_case(
         "seconds": seconds,
         "hold": hold,
         "counter": counter,
+        "section": case.section,
     }
     results = pool.run(contend, [params] * case.processes, timeout=seconds + WAIT_LIMIT + 30)
     written = int(client.get(counter) or 0)
@@ -137,7 +192,7 @@ def run_case(
     counts = [sum(acquired < end for acquired in result["acquired"]) for result in results]
     waits = [acquired - entered for entered, acquired in in_window]
     overtakes = out_of_order(entries)
-    row = {
+    row: dict[str, Any] = {
         "case": case.key,
         "library": case.library.key,
         "label": case.label,
@@ -146,6 +201,7 @@ def run_case(
         "seconds": seconds,
         "hold_ms": hold * 1e3,
         "acquisitions": len(in_window),
+        "cycles": len(entries),
         "acquisitions_per_s": round(len(in_window) / seconds, 1),
         "wait_p50_ms": round(percentile(waits, 50) * 1e3, 3),
         "wait_p99_ms": round(percentile(waits, 99) * 1e3, 3),
@@ -154,8 +210,12 @@ def run_case(
         "per_process": counts,
         "out_of_order": overtakes,
         "out_of_order_share": round(overtakes / len(entries), 4),
-        "lost_updates": len(entries) - written,
     }
+    if case.section == UPDATE:
+        row["lost_updates"] = len(entries) - written
+    else:  # the most inside at once, and how many were left counted in (none: 0)
+        row["most_inside"] = max(result["most"] for result in results)
+        row["left_inside"] = written
     print(
         f"contention  {case.label:<30}{case.processes:>3} processes"
         f"{row['acquisitions_per_s']:>10,.0f} acq/s  Jain {row['jain']:.3f}",
@@ -164,16 +224,20 @@ def run_case(
     return row
 
 
-def add_ratios(rows: Sequence[dict[str, Any]]) -> None:
-    """Add each row's acquisitions per second as a multiple of redis-py's, as many processes."""
-    reference = {
+def add_ratios(
+    rows: Sequence[dict[str, Any]], reference: Library = REDIS_PY, field: str = "vs_redis_py"
+) -> None:
+    """Add each row's acquisitions per second as a multiple of ``reference``'s at as many
+    processes (redis-py's, unless told), under ``field``.
+    """
+    bases = {
         row["processes"]: row["acquisitions_per_s"]
         for row in rows
-        if row["library"] == REDIS_PY.key and not row["fair"]
+        if row["library"] == reference.key and not row["fair"]
     }
     for row in rows:
-        base = reference.get(row["processes"])
-        row["vs_redis_py"] = round(row["acquisitions_per_s"] / base, 2) if base else None
+        base = bases.get(row["processes"])
+        row[field] = round(row["acquisitions_per_s"] / base, 2) if base else None
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

@@ -1,8 +1,11 @@
-"""The three lock libraries under test, behind one small interface.
+"""The three lock libraries under test, behind one small interface; django-redis-lock's others.
 
 Each library gets its own lock names (so its own keys) on the one throw-away server, and is
 used with its defaults: redis-py's ``Lock`` polls every 0.1 s while it waits, python-redis-lock
 waits on a signal list with ``BLPOP``, django-redis-lock is handed the lock by the release.
+
+django-redis-lock's other locks, measured beside its ``lock``, are :data:`FORMS`: the two
+sides of an ``rwlock`` and ``lock_all`` over 2 and 3 names, each on lock names of its own.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import redis
 
@@ -57,11 +60,50 @@ def configure_django(url: str) -> None:
     django.setup()
 
 
-def _django_redis_lock(client: redis.Redis[bytes], name: str, **options: Any) -> Handle:
+class Cycled(Protocol):
+    """A django-redis-lock object as user code makes it: ``acquire()`` and ``release()``."""
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+def _leased(options: dict[str, Any]) -> dict[str, Any]:
+    """Return django-redis-lock's ``options`` with the benchmark's lease, unless they set one."""
+    return {"ttl": LEASE, **options}
+
+
+def _waiting(
+    make: Callable[..., Cycled], client: redis.Redis[bytes], name: str, **options: Any
+) -> Handle:
+    """Return ``make(name, **options)`` as a :class:`Handle` waiting at most :data:`WAIT_LIMIT`."""
+    handle = make(name, **options)
+    return Handle(functools.partial(handle.acquire, timeout=WAIT_LIMIT), handle.release)
+
+
+def _lock(name: str, **options: Any) -> Cycled:
     from django_redis_lock import lock
 
-    handle = lock(name, **{"ttl": LEASE, **options})
-    return Handle(functools.partial(handle.acquire, timeout=WAIT_LIMIT), handle.release)
+    return lock(name, **_leased(options))
+
+
+def _read_side(name: str, **options: Any) -> Cycled:
+    from django_redis_lock import rwlock
+
+    return rwlock(name, **_leased(options)).read()
+
+
+def _write_side(name: str, **options: Any) -> Cycled:
+    from django_redis_lock import rwlock
+
+    return rwlock(name, **_leased(options)).write()
+
+
+def _all_of(count: int, name: str, **options: Any) -> Cycled:
+    """Return ``lock_all`` over ``count`` names: ``name:0``, ``name:1``, ..."""
+    from django_redis_lock import lock_all
+
+    return lock_all([f"{name}:{index}" for index in range(count)], **_leased(options))
 
 
 def _redis_py(client: redis.Redis[bytes], name: str, **options: Any) -> Handle:
@@ -104,7 +146,7 @@ class Library:
 DJANGO_REDIS_LOCK = Library(
     "django_redis_lock",
     "django-redis-lock",
-    _django_redis_lock,
+    functools.partial(_waiting, _lock),
     prefix="",
     keyspace=(f"{KEY_PREFIX}:*",),
 )
@@ -122,3 +164,61 @@ PYTHON_REDIS_LOCK = Library(
 LIBRARIES: dict[str, Library] = {
     library.key: library for library in (DJANGO_REDIS_LOCK, REDIS_PY, PYTHON_REDIS_LOCK)
 }
+
+
+@dataclass(frozen=True)
+class Form:
+    """One of django-redis-lock's other locks, as user code makes it.
+
+    ``make(name, **options)`` returns the object (with the benchmark's lease, unless
+    ``options`` give a ``ttl``) for the lock name :meth:`name` gives; :attr:`library` is the
+    same lock behind the :class:`Library` interface, for the benchmarks that take one. Its
+    names start with its key, so its keys are its own (under django-redis-lock's prefix).
+    """
+
+    key: str
+    label: str
+    make: Callable[..., Cycled]
+
+    @property
+    def library(self) -> Library:
+        """Return this lock as a :class:`Library`: blocking acquires wait :data:`WAIT_LIMIT`."""
+        return Library(
+            self.key,
+            self.label,
+            functools.partial(_waiting, self.make),
+            prefix=f"{self.key}:",
+            keyspace=DJANGO_REDIS_LOCK.keyspace,
+        )
+
+    def name(self, name: str) -> str:
+        """Return the lock name this lock is given for the benchmark's lock ``name``."""
+        return self.library.name(name)
+
+
+READ = Form("rwlock_read", "rwlock read", _read_side)
+WRITE = Form("rwlock_write", "rwlock write", _write_side)
+FORMS: dict[str, Form] = {
+    form.key: form
+    for form in (
+        READ,
+        WRITE,
+        Form("lock_all_2", "lock_all, 2 names", functools.partial(_all_of, 2)),
+        Form("lock_all_3", "lock_all, 3 names", functools.partial(_all_of, 3)),
+    )
+}
+
+
+def _no_lock(client: redis.Redis[bytes], name: str, **options: Any) -> Handle:
+    return Handle(lambda: True, lambda: None)
+
+
+#: No lock at all: acquire and release do nothing, so a loop around them measures the rest.
+NO_LOCK = Library("no_lock", "no lock (floor)", _no_lock, prefix="no-lock:", keyspace=())
+
+
+def library(key: str) -> Library:
+    """Return the library, django-redis-lock's other lock (as a library) or no lock of ``key``."""
+    if key == NO_LOCK.key:
+        return NO_LOCK
+    return LIBRARIES[key] if key in LIBRARIES else FORMS[key].library

@@ -11,6 +11,7 @@ import contention
 import footprint
 import handoff
 import listing
+import readers
 import redis
 import renewal_cost
 import servertime
@@ -204,6 +205,12 @@ def format_report(report: dict[str, Any]) -> str:
         "7. Listing: manage.py locks list --json over held django-redis-lock locks",
         "",
         listing.format_table(report["listing"]),
+        "",
+        f"8. Readers: processes cycling rwlock's read side on one name, beside a lock, for"
+        f" {params['contention_seconds']:g} s each, critical section = INCR + DECR of a"
+        f" counter, held {params['hold'] * 1e3:g} ms",
+        "",
+        readers.format_table(report["readers"]),
         "",
         "Targets (django-redis-lock)",
         "",

@@ -12,23 +12,29 @@ Two figures per acquire+release cycle (a fresh lock object each time, as in ``wi
 
 The libraries take turns in slices of cycles (as in ``uncontended.py``), each slice bracketed
 by two ``INFO`` snapshots, so that load from elsewhere falls on all of them alike.
+django-redis-lock's other locks (``rwlock``'s sides, ``lock_all`` over 2 and 3 names) take
+their turns too, a fresh object per cycle as well, and so does a read cycle on a name that
+:data:`OTHER_READERS` other owners hold for reading meanwhile (a subject's ``during``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import redis
-from libraries import DJANGO_REDIS_LOCK, LIBRARIES, REDIS_PY, Library
+from libraries import DJANGO_REDIS_LOCK, FORMS, LIBRARIES, READ, REDIS_PY, Form, Library
 
 Op = Callable[[], object]
 
 #: Sent after the operations watched under MONITOR: when it shows, they have all shown.
 SENTINEL = "bench-monitor-end"
+#: How many other owners hold the read side while the shared read cycle is measured.
+OTHER_READERS = 15
 
 
 class Snapshot(NamedTuple):
@@ -125,19 +131,25 @@ def repeat(op: Op, times: int) -> None:
 
 @dataclass(frozen=True)
 class Subject:
-    """One operation whose server time is measured; ``make_op`` builds it from a client."""
+    """One operation whose server time is measured; ``make_op`` builds it from a client.
+
+    ``during``, if given, makes what must hold on the server while every subject runs (other
+    owners holding its lock, say), entered before the first subject is built, left after
+    the last slice.
+    """
 
     key: str
     label: str
     make_op: Callable[[redis.Redis[bytes]], Op]
+    during: Callable[[], contextlib.AbstractContextManager[object]] | None = None
 
 
-def fresh_cycle(library: Library) -> Callable[[redis.Redis[bytes]], Op]:
-    """Return what builds ``library``'s cycle: a new lock object, acquire, release."""
+def fresh_cycle(library: Library, name: str = "server-time") -> Callable[[redis.Redis[bytes]], Op]:
+    """Return what builds ``library``'s cycle on ``name``: a new lock object, acquire, release."""
 
     def make_op(client: redis.Redis[bytes]) -> Op:
         def cycle() -> None:
-            handle = library.handle(client, "server-time")
+            handle = library.handle(client, name)
             if not handle.acquire():
                 raise RuntimeError(f"{library.label} could not acquire a free lock")
             handle.release()
@@ -147,10 +159,44 @@ def fresh_cycle(library: Library) -> Callable[[redis.Redis[bytes]], Op]:
     return make_op
 
 
+def others_holding(
+    form: Form, name: str, count: int
+) -> Callable[[], contextlib.AbstractContextManager[object]]:
+    """Return what holds ``form``'s lock on ``name`` by ``count`` other owners meanwhile.
+
+    Their leases are long (600 s), never ending during a run; they are released after it.
+    """
+
+    @contextlib.contextmanager
+    def holding() -> Iterator[None]:
+        from django_redis_lock import LockError
+
+        owners = [f"bench-other-{index}" for index in range(count)]
+        others = [form.make(form.name(name), ttl=600, owner=owner) for owner in owners]
+        try:
+            for other in others:
+                if not other.acquire(blocking=False):
+                    raise RuntimeError(f"{form.label}: another owner could not share {name!r}")
+            yield
+        finally:
+            for other in others:
+                with contextlib.suppress(LockError):  # one that never acquired
+                    other.release()
+
+    return holding
+
+
 FLOOR = Subject("ping", "PING (floor)", lambda client: client.ping)
 SUBJECTS: tuple[Subject, ...] = (
     FLOOR,
     *(Subject(key, library.label, fresh_cycle(library)) for key, library in LIBRARIES.items()),
+    *(Subject(key, form.label, fresh_cycle(form.library)) for key, form in FORMS.items()),
+    Subject(
+        f"{READ.key}_shared",
+        f"{READ.label}, {OTHER_READERS} reading",
+        fresh_cycle(READ.library, "server-time-shared"),
+        during=others_holding(READ, "server-time-shared", OTHER_READERS),
+    ),
 )
 
 
@@ -162,19 +208,23 @@ def measure(
     slice_cycles: int = 250,
 ) -> list[dict[str, Any]]:
     """Run ``cycles`` cycles of every subject, in turns; return one row per subject."""
-    ops = [subject.make_op(client) for subject in subjects]
-    for op in ops:  # warm up: connections made, scripts loaded
-        for _ in range(20):
-            op()
-    commands = [top_level_commands(client, op) for op in ops]
-    overhead = bracket_cpu(client)
-    totals = [Spent() for _ in subjects]
-    slices = max(1, round(cycles / slice_cycles))
-    for slice_index in range(slices):
-        shift = slice_index % len(ops)  # rotate who goes first
-        for index in [*range(shift, len(ops)), *range(shift)]:
-            run = functools.partial(repeat, ops[index], slice_cycles)
-            totals[index] += measured(client, commands[index], run)
+    with contextlib.ExitStack() as stack:
+        for subject in subjects:
+            if subject.during is not None:
+                stack.enter_context(subject.during())
+        ops = [subject.make_op(client) for subject in subjects]
+        for op in ops:  # warm up: connections made, scripts loaded
+            for _ in range(20):
+                op()
+        commands = [top_level_commands(client, op) for op in ops]
+        overhead = bracket_cpu(client)
+        totals = [Spent() for _ in subjects]
+        slices = max(1, round(cycles / slice_cycles))
+        for slice_index in range(slices):
+            shift = slice_index % len(ops)  # rotate who goes first
+            for index in [*range(shift, len(ops)), *range(shift)]:
+                run = functools.partial(repeat, ops[index], slice_cycles)
+                totals[index] += measured(client, commands[index], run)
     done = slices * slice_cycles
     rows: list[dict[str, Any]] = []
     for subject, names, total in zip(subjects, commands, totals, strict=True):
@@ -225,6 +275,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         " commands sent per cycle (found with MONITOR);",
         "cmd us: their usec in INFO commandstats (a script's own commands counted once, inside"
         " EVALSHA); CPU us: the Redis process's user+sys CPU",
-        "(less what reading INFO itself costs).",
+        f"(less what reading INFO itself costs). {READ.label}, {OTHER_READERS} reading: while"
+        f" {OTHER_READERS} other owners hold the same name for reading.",
     ]
     return "\n".join(lines)

@@ -2,7 +2,9 @@
 
 The blocking scenarios are compared with a blocking PING and redis-py's ``Lock``; the asyncio
 ones (``asyncio=True``), run on one event loop, with an awaited PING and redis-py's asyncio
-``Lock``. To add an uncontended scenario, append a :class:`Scenario` to :data:`SCENARIOS`.
+``Lock``. django-redis-lock's other locks (``rwlock``'s two sides, ``lock_all`` over 2 and 3
+names) follow its ``lock``, under a heading of their own, and are compared with the same floor
+and reference. To add an uncontended scenario, append a :class:`Scenario` to :data:`SCENARIOS`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
-from libraries import DJANGO_REDIS_LOCK, LEASE, PYTHON_REDIS_LOCK, REDIS_PY
+from libraries import DJANGO_REDIS_LOCK, FORMS, LEASE, PYTHON_REDIS_LOCK, REDIS_PY, Form
 
 Op = Callable[[], object]
 AsyncOp = Callable[[], Awaitable[object]]
@@ -72,9 +74,10 @@ class Scenario:
     """One operation timed in a tight loop; ``make_op`` builds it once, before the rounds.
 
     ``round_trips`` is the fewest round trips the operation can take (PING: 1, a lock
-    cycle: 2), used to compare it with the PING floor. With ``asyncio``, ``make_op`` returns
-    a coroutine function, awaited in a loop on ``Env.loop``, and the scenario is compared
-    with the asyncio floor and reference.
+    cycle: 2, whatever it locks), used to compare it with the PING floor. With ``asyncio``,
+    ``make_op`` returns a coroutine function, awaited in a loop on ``Env.loop``, and the
+    scenario is compared with the asyncio floor and reference. The table prints ``group``
+    as a heading above the first of consecutive scenarios of one group.
     """
 
     key: str
@@ -82,6 +85,7 @@ class Scenario:
     make_op: Callable[[Env], Op]
     round_trips: int
     asyncio: bool = False
+    group: str = ""
 
 
 @dataclass
@@ -154,41 +158,47 @@ def ping(env: Env) -> Op:
     return env.client.ping
 
 
+def cycle_of(handle: Any) -> Op:
+    """Return one acquire and release of ``handle``, reused: each library's own, its defaults."""
+
+    def cycle() -> None:
+        handle.acquire()
+        handle.release()
+
+    return cycle
+
+
 def django_redis_lock_cycle(env: Env) -> Op:
     """Return one acquire and release of a reused django-redis-lock handle."""
     from django_redis_lock import lock
 
-    handle = lock(DJANGO_REDIS_LOCK.name("uncontended"), ttl=LEASE)
-
-    def cycle() -> None:
-        handle.acquire()
-        handle.release()
-
-    return cycle
+    return cycle_of(lock(DJANGO_REDIS_LOCK.name("uncontended"), ttl=LEASE))
 
 
 def redis_py_cycle(env: Env) -> Op:
     """Return one acquire and release of a reused ``redis.lock.Lock``."""
-    handle = env.client.lock(REDIS_PY.name("uncontended"), timeout=LEASE)
-
-    def cycle() -> None:
-        handle.acquire()
-        handle.release()
-
-    return cycle
+    return cycle_of(env.client.lock(REDIS_PY.name("uncontended"), timeout=LEASE))
 
 
 def python_redis_lock_cycle(env: Env) -> Op:
     """Return one acquire and release of a reused ``redis_lock.Lock`` (python-redis-lock)."""
     import redis_lock
 
-    handle = redis_lock.Lock(env.client, PYTHON_REDIS_LOCK.name("uncontended"), expire=LEASE)
+    name = PYTHON_REDIS_LOCK.name("uncontended")
+    return cycle_of(redis_lock.Lock(env.client, name, expire=LEASE))
 
-    def cycle() -> None:
-        handle.acquire()
-        handle.release()
 
-    return cycle
+def form_cycle(form: Form) -> Callable[[Env], Op]:
+    """Return what builds one acquire and release of a reused handle of ``form``.
+
+    Made as ``lock()``'s row is, and with its lease: ``rwlock(...).read()``,
+    ``lock_all([...])``; every name is free, so each is acquired at once.
+    """
+
+    def make_op(env: Env) -> Op:
+        return cycle_of(form.make(form.name("uncontended")))
+
+    return make_op
 
 
 # The asyncio scenarios: awaited on one event loop (python-redis-lock has no asyncio lock) ----
@@ -223,19 +233,32 @@ def redis_py_asyncio_cycle(env: Env) -> AsyncOp:
     return cycle
 
 
+#: The headings of the table's groups of rows.
+OTHER_LOCKS = "django-redis-lock's other locks, reused:"
+ASYNCIO = "asyncio, on one event loop:"
+
 FLOOR = Scenario("ping", "PING (round-trip floor)", ping, round_trips=1)
 REFERENCE = Scenario(REDIS_PY.key, REDIS_PY.label, redis_py_cycle, round_trips=2)
 ASYNC_FLOOR = Scenario(
-    "ping_asyncio", "asyncio PING (floor)", ping_asyncio, round_trips=1, asyncio=True
+    "ping_asyncio", "asyncio PING (floor)", ping_asyncio, 1, asyncio=True, group=ASYNCIO
 )
 ASYNC_REFERENCE = Scenario(
-    f"{REDIS_PY.key}_asyncio", "redis-py asyncio Lock", redis_py_asyncio_cycle, 2, asyncio=True
+    f"{REDIS_PY.key}_asyncio",
+    "redis-py asyncio Lock",
+    redis_py_asyncio_cycle,
+    2,
+    asyncio=True,
+    group=ASYNCIO,
 )
 SCENARIOS: tuple[Scenario, ...] = (
     FLOOR,
     Scenario(DJANGO_REDIS_LOCK.key, DJANGO_REDIS_LOCK.label, django_redis_lock_cycle, 2),
     REFERENCE,
     Scenario(PYTHON_REDIS_LOCK.key, PYTHON_REDIS_LOCK.label, python_redis_lock_cycle, 2),
+    *(
+        Scenario(key, form.label, form_cycle(form), 2, group=OTHER_LOCKS)
+        for key, form in FORMS.items()
+    ),
     ASYNC_FLOOR,
     Scenario(
         f"{DJANGO_REDIS_LOCK.key}_asyncio",
@@ -243,6 +266,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         django_redis_lock_asyncio_cycle,
         2,
         asyncio=True,
+        group=ASYNCIO,
     ),
     ASYNC_REFERENCE,
 )
@@ -303,6 +327,7 @@ def summarise(results: Sequence[Result]) -> list[dict[str, Any]]:
                 "scenario": scenario.key,
                 "label": scenario.label,
                 "asyncio": scenario.asyncio,
+                "group": scenario.group,
                 "ops_per_s": round(result.rate, 1),
                 "us_per_op": round(result.micros, 2),
                 "round_trips_implied": round(result.micros / floor.micros, 2),
@@ -330,8 +355,8 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     )
     lines = [header, "-" * len(header)]
     for index, row in enumerate(rows):
-        if row["asyncio"] and (index == 0 or not rows[index - 1]["asyncio"]):
-            lines.append("asyncio, on one event loop:")
+        if row["group"] and (index == 0 or rows[index - 1]["group"] != row["group"]):
+            lines.append(row["group"])
         lines.append(
             f"{row['label']:<24}{row['ops_per_s']:>10,.0f}{row['us_per_op']:>9.1f}"
             f"{row['round_trips_implied']:>7.2f}{ratio(row['vs_redis_py']):>13}"
@@ -340,7 +365,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
     lines += [
         "",
         "RTTs: us/op divided by PING's us/op. vs floor: rate / (PING rate / round trips"
-        " needed), a cycle needing 2.",
+        " needed), a cycle needing 2 (lock_all too: what one script a side would take).",
         "asyncio rows: against the asyncio PING and redis-py's asyncio Lock"
         " (redis.asyncio.lock.Lock).",
     ]
