@@ -23,11 +23,18 @@ local function record(ends, holds, fence, at, limit, attempt, meta)
 end
 
 -- Return a record's lease end, holds, fencing token (a string), acquired at, attempt, meta
--- and limit.
+-- and limit. A script reads the same records several times (readers sharing a lock have one
+-- each): each text is parsed once.
+local parsed = {}
 local function parse(text)
-  local ends, holds, fence, at, limit, attempt, meta =
-    string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%S*) (.*)$')
-  return tonumber(ends), tonumber(holds), fence, tonumber(at), attempt, meta, tonumber(limit)
+  local fields = parsed[text]
+  if not fields then
+    local ends, holds, fence, at, limit, attempt, meta =
+      string.match(text, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%S*) (.*)$')
+    fields = {tonumber(ends), tonumber(holds), fence, tonumber(at), attempt, meta, tonumber(limit)}
+    parsed[text] = fields
+  end
+  return fields[1], fields[2], fields[3], fields[4], fields[5], fields[6], fields[7]
 end
 
 -- A new fencing token for a lease of ``lease`` ms (as a string): the server's clock in
@@ -61,13 +68,45 @@ local function now_us()
   return clock_us
 end
 
--- Every holder's record, by owner (a semaphore has several; ended leases included).
+-- Every holder's record, by owner (a semaphore has several; ended leases included): read
+-- once per lock and script, and kept current by put(), drop() and drop_all(), through which
+-- every write of a holder goes once the helpers are defined.
+local cached = {}
 local function records()
-  local all, found = redis.call('HGETALL', K_holders), {}
-  for i = 1, #all, 2 do
-    found[all[i]] = all[i + 1]
+  local found = cached[K_holders]
+  if not found then
+    local all = redis.call('HGETALL', K_holders)
+    found = {}
+    for i = 1, #all, 2 do
+      found[all[i]] = all[i + 1]
+    end
+    cached[K_holders] = found
   end
   return found
+end
+
+-- Record owner's hold as ``text`` (or remove it, with no text), here and in the records read.
+local function put(owner, text)
+  if text then
+    redis.call('HSET', K_holders, owner, text)
+  else
+    redis.call('HDEL', K_holders, owner)
+  end
+  local found = cached[K_holders]
+  if found then
+    found[owner] = text
+  end
+end
+
+-- Remove owner's hold.
+local function drop(owner)
+  put(owner, nil)
+end
+
+-- Remove every hold.
+local function drop_all()
+  redis.call('DEL', K_holders)
+  cached[K_holders] = {}
 end
 
 -- Drop holders whose lease has ended (a semaphore's key outlives its shortest lease); return
@@ -76,7 +115,7 @@ local function purge()
   local left = 0
   for owner, text in pairs(records()) do
     if parse(text) <= now() then
-      redis.call('HDEL', K_holders, owner)
+      drop(owner)
     else
       left = left + 1
     end
@@ -109,7 +148,7 @@ local function settle()
   if latest and latest > now() then
     redis.call('PEXPIREAT', K_holders, latest - 1)
   else
-    redis.call('DEL', K_holders)
+    drop_all()
   end
 end
 
@@ -148,8 +187,7 @@ local function hold(owner, lease, limit, meta, fence_ttl, attempt, above)
     end
   end
   local fence = new_fence(fence_ttl, lease, above)
-  redis.call('HSET', K_holders, owner,
-    record(now() + lease, 1, fence, now(), limit, attempt, meta))
+  put(owner, record(now() + lease, 1, fence, now(), limit, attempt, meta))
   return fence
 end
 

@@ -61,7 +61,7 @@ local current, holds, fence, at, _, held_meta, held_limit = live(owner)
 if current and held_limit ~= limit and known == 0 then
   -- Left by an acquire the owner saw fail, and taken under another limit: no hold of the
   -- owner's to take over; it asks afresh.
-  redis.call('HDEL', K_holders, owner)
+  drop(owner)
   settle()
   current = nil
 elseif current and limit < held_limit then
@@ -76,8 +76,7 @@ if current then
     holds = holds + 1
   end
   local ends = math.max(current, now() + lease)
-  redis.call('HSET', K_holders, owner,
-    record(ends, holds, fence, at, held_limit, attempt, held_meta))
+  put(owner, record(ends, holds, fence, at, held_limit, attempt, held_meta))
   settle()
   return {1, tonumber(fence), holds, ends - now()}
 end
@@ -119,8 +118,7 @@ if queued then
   if current then
     -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
     redis.call('DEL', base .. 's:' .. owner)
-    redis.call('HSET', K_holders, owner,
-      record(now() + lease, 1, fence, at, limit, attempt, held_meta))
+    put(owner, record(now() + lease, 1, fence, at, limit, attempt, held_meta))
     settle()
     return {1, tonumber(fence), 1, lease}
   end

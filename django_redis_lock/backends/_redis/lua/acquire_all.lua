@@ -63,7 +63,7 @@ for i = 1, #KEYS do
     -- A reentrant acquire, as in acquire.lua: one more hold, a lease of at least ``lease``.
     local _, _, held_fence, at, _, held_meta = live(owner)
     holds, ends, fence = tonumber(ARGV[6 + i]) + 1, math.max(current[i], ends), held_fence
-    redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, 1, attempt, held_meta))
+    put(owner, record(ends, holds, fence, at, 1, attempt, held_meta))
   else
     if redis.call('EXISTS', K_queue) == 1 then
       leave_queue(owner)

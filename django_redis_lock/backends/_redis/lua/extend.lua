@@ -19,7 +19,7 @@ local ends = current + ms
 if ARGV[3] == '1' then
   ends = now() + ms
 end
-redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, limit, attempt, meta))
+put(owner, record(ends, holds, fence, at, limit, attempt, meta))
 if redis.call('HLEN', K_holders) == 1 then
   redis.call('PEXPIREAT', K_holders, ends - 1)  -- a lone holder: its lease is the key's
 else

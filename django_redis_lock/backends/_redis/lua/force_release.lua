@@ -8,9 +8,9 @@
 
 local removed = purge()
 if ARGV[1] == '' then
-  redis.call('DEL', K_holders)
+  drop_all()
 elseif live(ARGV[1]) then
-  redis.call('HDEL', K_holders, ARGV[1])
+  drop(ARGV[1])
   removed = 1
 else
   removed = 0

@@ -38,11 +38,11 @@ if not live then
   return -1
 end
 if holds > 0 then
-  redis.call('HSET', K_holders, owner, record(ends, holds, fence, at, limit, attempt, meta))
+  put(owner, record(ends, holds, fence, at, limit, attempt, meta))
   return holds
 end
 
-redis.call('HDEL', K_holders, owner)
+drop(owner)
 local window_ends = at + tonumber(ARGV[4])
 if window_ends > now() then
   -- Kept for its min_hold window (measured on this server's clock, from the acquire): a
@@ -52,7 +52,7 @@ if window_ends > now() then
   local pseudo = 'min_hold:' .. owner
   local kept = redis.call('HGET', K_holders, pseudo)
   window_ends = math.max(window_ends, kept and parse(kept) or 0)
-  redis.call('HSET', K_holders, pseudo, record(window_ends, 0, fence, at, limit, attempt, meta))
+  put(pseudo, record(window_ends, 0, fence, at, limit, attempt, meta))
 end
 if #sample > 2 then
   purge()

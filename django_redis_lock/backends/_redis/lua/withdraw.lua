@@ -29,11 +29,10 @@ end
 holds = holds or 0
 if mine and holds > keep then
   if keep > 0 then
-    redis.call('HSET', K_holders, owner,
-      record(current, keep, fence, at, limit, held_attempt, meta))
+    put(owner, record(current, keep, fence, at, limit, held_attempt, meta))
     return keep
   end
-  redis.call('HDEL', K_holders, owner)
+  drop(owner)
   holds = 0
 elseif holds > 0 or redis.call('EXISTS', K_queue) == 0 then
   return holds
