@@ -32,7 +32,7 @@ from django_redis_lock import (
 from django_redis_lock.signals import lock_lost
 from django_redis_lock.testing import RedisServer
 from tests.support import fault_workers
-from tests.support.helpers import SlowLink, eventually
+from tests.support.helpers import SlowLink, eventually, own_locks
 
 pytestmark = pytest.mark.slow
 
@@ -234,15 +234,6 @@ def queued_any(name: str) -> bool:
 
 
 # 3. An acquire that timed out on a frozen server -------------------------------------------
-
-
-def own_locks(server: RedisServer, **options: Any) -> dict[str, Any]:
-    return {
-        "default": {
-            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-            "OPTIONS": {"url": server.url, "socket_timeout": 0.5, **options},
-        }
-    }
 
 
 def warm_up() -> None:

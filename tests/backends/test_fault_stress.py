@@ -12,6 +12,8 @@ on Redis and Cluster; Redlock refuses read-write locks).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,29 @@ SECONDS = float(os.environ.get("STRESS_SECONDS", "45"))
 
 def backend(path: str, **options: object) -> dict[str, object]:
     return {"default": {"BACKEND": f"django_redis_lock.backends.{path}", "OPTIONS": options}}
+
+
+@contextmanager
+def redlock_setting(prefix: str) -> Iterator[dict[str, object]]:
+    """LOCKS on three throw-away independent masters, for one run."""
+    with IndependentMasters(3) as masters:
+        yield backend("redlock.RedlockBackend", urls=masters.urls, key_prefix=prefix)
+
+
+@contextmanager
+def cluster_setting(prefix: str) -> Iterator[dict[str, object]]:
+    """LOCKS on a throw-away 3-primary Redis Cluster, for one run."""
+    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
+        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
+        yield backend(
+            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
+        )
+
+
+def assert_each_explained(reports: dict[str, stress.Report]) -> None:
+    for name, report in reports.items():
+        print(name, end=": ")
+        assert_explained(report)
 
 
 def assert_explained(report: stress.Report) -> None:
@@ -43,49 +68,31 @@ def test_stress__redis(redis_url: str, prefix: str, tmp_path: Path) -> None:
 
 
 def test_stress__redlock(prefix: str, tmp_path: Path) -> None:
-    with IndependentMasters(3) as masters:
-        setting = backend("redlock.RedlockBackend", urls=masters.urls, key_prefix=prefix)
+    with redlock_setting(prefix) as setting:
         report = stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3, asyncio_share=0)
     assert_explained(report)
 
 
 def test_stress__cluster(prefix: str, tmp_path: Path) -> None:
-    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
-        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
-        setting = backend(
-            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
-        )
+    with cluster_setting(prefix) as setting:
         assert_explained(stress.run(setting, tmp_path, processes=6, seconds=SECONDS / 3))
 
 
 def test_stress__lock_all_redlock(prefix: str, tmp_path: Path) -> None:
-    with IndependentMasters(3) as masters:
-        setting = backend("redlock.RedlockBackend", urls=masters.urls, key_prefix=prefix)
+    with redlock_setting(prefix) as setting:
         reports = stress_lock_all.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
-    for name, report in reports.items():
-        print(name, end=": ")
-        assert_explained(report)
+    assert_each_explained(reports)
 
 
 def test_stress__lock_all_cluster(prefix: str, tmp_path: Path) -> None:
     # The names live in several slots: taken one by one, across primaries.
-    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
-        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
-        setting = backend(
-            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
-        )
+    with cluster_setting(prefix) as setting:
         reports = stress_lock_all.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
-    for name, report in reports.items():
-        print(name, end=": ")
-        assert_explained(report)
+    assert_each_explained(reports)
 
 
 def test_stress__rwlock_cluster(prefix: str, tmp_path: Path) -> None:
-    with RedisClusterServers(primaries=3, node_timeout=60) as cluster:
-        nodes = [f"{host}:{port}" for host, port in cluster.startup_nodes]
-        setting = backend(
-            "cluster.RedisClusterBackend", startup_nodes=nodes, key_prefix=prefix, socket_timeout=2
-        )
+    with cluster_setting(prefix) as setting:
         report = stress_rwlock.run(setting, tmp_path, processes=6, seconds=SECONDS / 3)
     assert_explained(report)
     assert report.shared, "no two readers ever held the lock at once"
@@ -98,18 +105,21 @@ def test_stress__rwlock_redis(redis_url: str, prefix: str, tmp_path: Path) -> No
     assert report.shared, "no two readers ever held the lock at once"
 
 
-def crashing_worker(*arguments: object) -> None:
-    """A stress worker that fails at once, as one whose code is broken would."""
+def crashing_rounds(*arguments: object) -> None:
+    """A stress worker's loop that fails at once, as one whose code is broken would."""
     raise RuntimeError("this worker fails")
+
+
+async def crashing_async_rounds(*arguments: object) -> None:
+    crashing_rounds()
 
 
 def test_run__a_worker_that_fails_fails_the_run(
     redis_url: str, prefix: str, tmp_path: Path
 ) -> None:
     setting = backend("redis.RedisBackend", url=redis_url, key_prefix=prefix)
-    report = stress.run(
-        setting, tmp_path, processes=2, seconds=1, chaos=False, target=crashing_worker
-    )
+    rounds = (crashing_rounds, crashing_async_rounds)
+    report = stress.run(setting, tmp_path, processes=2, seconds=1, chaos=False, rounds=rounds)
     assert len(report.crashed) == 2
     assert all(line.endswith("exited with 1") for line in report.crashed)
 
@@ -135,6 +145,4 @@ def test_stress__lock_all_redis(redis_url: str, prefix: str, tmp_path: Path) -> 
     setting = backend("redis.RedisBackend", url=redis_url, key_prefix=prefix, socket_timeout=2)
     reports = stress_lock_all.run(setting, tmp_path, processes=8, seconds=SECONDS / 3)
     assert sorted(reports) == [f"stress:{n}" for n in range(6)]
-    for name, report in reports.items():
-        print(name, end=": ")
-        assert_explained(report)
+    assert_each_explained(reports)

@@ -9,7 +9,6 @@ in order, waiting (tests/contract/test_lock_all_contract.py). Cluster: test_clus
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 import redis as redis_py
@@ -18,7 +17,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, LockLostError, lock, lock_all, locks
 from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import eventually, in_thread
+from tests.support.helpers import eventually, in_thread, own_locks
 
 NAMES = ["once:a", "once:b", "once:c"]
 
@@ -124,15 +123,6 @@ def test_lock_all__a_lost_name_is_reported_by_its_own_acquire() -> None:
 
 
 # Faults -----------------------------------------------------------------------------------
-
-
-def own_locks(server: RedisServer) -> dict[str, Any]:
-    return {
-        "default": {
-            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-            "OPTIONS": {"url": server.url, "socket_timeout": 0.5},
-        }
-    }
 
 
 def test_timed_out_lock_all__its_late_holds_are_withdrawn_and_a_retry_inherits_none(

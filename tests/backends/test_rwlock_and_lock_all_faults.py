@@ -22,7 +22,7 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, alock_all, lock_all, locks, rwlock
 from django_redis_lock.backends.base import SHARED, AcquireRequest
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import aeventually, eventually, in_thread
+from tests.support.helpers import aeventually, eventually, in_thread, own_locks
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -222,15 +222,6 @@ def test_a_release_after_the_lease_ended_is_refused_after_a_hold_was_dropped(
 # Paths where the attempt ids keep holds straight ------------------------------------------
 
 NAMES = ["faults:a", "faults:b", "faults:c"]
-
-
-def own_locks(server: RedisServer) -> dict[str, Any]:
-    return {
-        "default": {
-            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
-            "OPTIONS": {"url": server.url, "socket_timeout": 0.5},
-        }
-    }
 
 
 def counts(name: str) -> list[int]:

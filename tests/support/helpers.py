@@ -240,3 +240,14 @@ def read_write_holds(
         done.set()
         for thread in threads:
             thread.join(30)
+
+
+def own_locks(server: Any, **options: Any) -> dict[str, Any]:
+    """Return LOCKS with one alias, ``default``, on ``server`` (a RedisServer of the test's
+    own, to freeze or stop), with calls that give up after half a second."""
+    return {
+        "default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": server.url, "socket_timeout": 0.5, **options},
+        }
+    }

@@ -31,12 +31,17 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 spawn = multiprocessing.get_context("spawn")
+
+#: A worker's two loops of acquisitions, blocking and asyncio: each is called with the lock
+#: name, the worker's slot, the occupancy array, its log, the end (monotonic) and its random
+#: generator.
+Rounds = tuple[Callable[..., None], Callable[..., Coroutine[Any, Any, None]]]
 
 #: Leases short enough that pauses outlast them, and renewal runs on most holds.
 TTLS = (0.3, 0.5, 1.0)
@@ -69,14 +74,20 @@ def worker(
     until: float,
     seed: int,
     use_asyncio: bool,
+    rounds: Rounds | None = None,
 ) -> None:
-    """Take ``name`` again and again until ``until`` (monotonic), logging what ran when."""
+    """Take ``name`` again and again until ``until`` (monotonic), logging what ran when.
+
+    ``rounds`` are the blocking and the asyncio loop of acquisitions (by default, this
+    module's, on a lock); tests/support/stress_rwlock.py gives those of a read-write lock.
+    """
     log = prepare(setting, log_path)
     rng = random.Random(seed)
+    blocking, asynchronous = rounds or (_rounds, _async_rounds)
     if use_asyncio:
-        asyncio.run(_async_rounds(name, slot, inside, log, until, rng))
+        asyncio.run(asynchronous(name, slot, inside, log, until, rng))
     else:
-        _rounds(name, slot, inside, log, until, rng)
+        blocking(name, slot, inside, log, until, rng)
 
 
 def prepare(setting: dict[str, Any], log_path: str) -> _Log:
@@ -245,11 +256,11 @@ def run(
     seed: int = 1,
     asyncio_share: float = 0.25,
     chaos: bool = True,
-    target: Callable[..., None] = worker,
+    rounds: Rounds | None = None,
 ) -> Report:
     """Run the stress test; return its report (``unexplained`` must be empty).
 
-    ``target`` runs in each worker process, with the arguments of :func:`worker`.
+    ``rounds`` are what each worker process runs (see :func:`worker`).
     """
     rng = random.Random(seed)
     inside = spawn.Array("q", processes, lock=False)
@@ -261,7 +272,7 @@ def run(
     def start(slot: int) -> None:
         number = next(counter)
         child = spawn.Process(
-            target=target,
+            target=worker,
             args=(
                 setting,
                 name,
@@ -271,6 +282,7 @@ def run(
                 until,
                 seed * 1000 + number,
                 slot < processes * asyncio_share,
+                rounds,
             ),
             daemon=True,
         )

@@ -17,29 +17,10 @@ from typing import Any
 
 from . import stress
 from .rwlock_workers import side_of
-from .stress import TIMEOUTS, TTLS, _enter, _lease_end, _leave, _Log, prepare
+from .stress import TIMEOUTS, TTLS, _enter, _lease_end, _leave, _Log
 
 #: The share of acquisitions that take the write side.
 WRITES = 0.3
-
-
-def worker(
-    setting: dict[str, Any],
-    name: str,
-    slot: int,
-    inside: Any,
-    log_path: str,
-    until: float,
-    seed: int,
-    use_asyncio: bool,
-) -> None:
-    """Take a side of the read-write lock ``name`` again and again until ``until``."""
-    log = prepare(setting, log_path)
-    rng = random.Random(seed)
-    if use_asyncio:
-        asyncio.run(_async_rounds(name, slot, inside, log, until, rng))
-    else:
-        _rounds(name, slot, inside, log, until, rng)
 
 
 def _choose(rng: random.Random) -> tuple[str, dict[str, Any]]:
@@ -136,5 +117,11 @@ def run(
     setting: dict[str, Any], directory: Path, *, processes: int = 8, seconds: float = 15.0
 ) -> stress.Report:
     """Run the stress test on the read-write lock "stress-rw"; return its report."""
-    return stress.run(setting, directory, processes=processes, seconds=seconds,
-                      name="stress-rw", target=worker)  # fmt: skip
+    return stress.run(
+        setting,
+        directory,
+        processes=processes,
+        seconds=seconds,
+        name="stress-rw",
+        rounds=(_rounds, _async_rounds),
+    )
