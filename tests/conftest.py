@@ -47,8 +47,12 @@ def backend(using: str) -> BaseLockBackend:
 
 @pytest.fixture
 def raw_redis(redis_url: str) -> Iterator[redis_py.Redis]:
-    """A plain client of the session's server, for looking at keys directly."""
-    client = redis_py.Redis.from_url(redis_url)
+    """A plain client of the session's server, for looking at keys directly.
+
+    With no socket timeout: redis-py's default (5 s) would cut off a longer BLPOP, as the
+    tests' waits for other processes are (and as the processes they wait for use too).
+    """
+    client = redis_py.Redis.from_url(redis_url, socket_timeout=None)
     yield client
     client.close()
 

@@ -26,7 +26,7 @@ def redis_url() -> str:
 
 def redis_client() -> redis.Redis:
     """Return a plain redis-py client of that Redis, answering str."""
-    return redis.Redis.from_url(redis_url(), decode_responses=True)
+    return redis.Redis.from_url(redis_url(), decode_responses=True, socket_timeout=None)
 
 
 def demo_key(name: str) -> str:

@@ -296,7 +296,7 @@ def test_min_hold__a_killed_holder_frees_the_lock_when_its_lease_ends(
         daemon=True,
     )
     child.start()
-    client = redis_py.Redis.from_url(redis_url)
+    client = redis_py.Redis.from_url(redis_url, socket_timeout=None)
     try:
         assert client.blpop([f"{prefix}:holding"], timeout=60) is not None
         assert child.pid is not None

@@ -92,7 +92,7 @@ def test_claim__an_enqueue_killed_before_naming_its_task_blocks_enqueues_briefly
         target=task_faults.enqueue_and_stop, args=(redis_url, prefix, 1.0), daemon=True
     )
     child.start()
-    client = redis_py.Redis.from_url(redis_url)
+    client = redis_py.Redis.from_url(redis_url, socket_timeout=None)
     try:
         assert client.blpop([f"{prefix}:enqueued"], timeout=60) is not None
         assert child.pid is not None
@@ -121,7 +121,7 @@ def test_run__ended_while_it_waits_for_its_lock_frees_its_claim(
     child = multiprocessing.get_context("spawn").Process(
         target=task_faults.enqueue_then_run, args=(redis_url, prefix), daemon=True
     )
-    client = redis_py.Redis.from_url(redis_url)
+    client = redis_py.Redis.from_url(redis_url, socket_timeout=None)
     try:
         with lock(name, ttl=30):
             child.start()

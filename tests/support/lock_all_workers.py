@@ -28,7 +28,7 @@ def contend(url: str, prefix: str, worker: int, seconds: float, asynchronous: bo
     setup_django(url, prefix)
     import redis
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     client.rpush(f"{prefix}:ready", str(worker))
     client.blpop([f"{prefix}:go"], timeout=120)
     client.rpush(f"{prefix}:go", "1")  # pass the start on to the next worker
@@ -100,7 +100,7 @@ def hold_until_killed(url: str, prefix: str, names: list[str], ttl: float) -> No
 
     from django_redis_lock import lock_all
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     with lock_all(names, ttl=ttl) as multi:
         client.rpush(f"{prefix}:holding", json.dumps(multi.fencing_tokens))
         time.sleep(120)  # the test kills this process meanwhile

@@ -27,7 +27,7 @@ def _client(url: str, prefix: str) -> Any:
     setup_django(url, prefix)
     import redis
 
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(url, socket_timeout=None)
 
 
 def contend(

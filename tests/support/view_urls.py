@@ -15,7 +15,7 @@ def _signals() -> tuple[Any, str]:
     import redis
 
     options = settings.LOCKS["default"]["OPTIONS"]
-    return redis.Redis.from_url(options["url"]), options["key_prefix"]
+    return redis.Redis.from_url(options["url"], socket_timeout=None), options["key_prefix"]
 
 
 @lock_view("url:slot", name="proc", ttl=7)
@@ -59,7 +59,7 @@ def post_in_process(url: str, prefix: str, worker: str, slot: str) -> None:
     setup_test_environment()  # lets the test Client's "testserver" host in
     override_settings(ROOT_URLCONF="tests.support.view_urls").enable()
     response = Client().post(f"/proc/{slot}/")
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     client.rpush(
         f"{prefix}:answers",
         f"{worker} {response.status_code} {response.get('Retry-After', '-')}",

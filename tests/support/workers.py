@@ -39,7 +39,7 @@ def wait_for_lock(
     from django_redis_lock import lock
 
     with lock(name, using=using, fair=fair, timeout=60, metadata={"worker": tag}):
-        redis.Redis.from_url(url).rpush(f"{prefix}:served", tag)
+        redis.Redis.from_url(url, socket_timeout=None).rpush(f"{prefix}:served", tag)
 
 
 def count_under_lock(url: str, prefix: str, worker: int, rounds: int) -> None:
@@ -53,7 +53,7 @@ def count_under_lock(url: str, prefix: str, worker: int, rounds: int) -> None:
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     counter, log = f"{prefix}:counter", f"{prefix}:holds"
     guard = lock("shared-counter", ttl=10, timeout=60)
     for _ in range(rounds):
@@ -73,7 +73,7 @@ def take_over_after_expiry(url: str, prefix: str, name: str) -> None:
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     with lock(name, ttl=30, timeout=30) as held:
         client.rpush(f"{prefix}:taken", str(held.fencing_token))
         client.blpop([f"{prefix}:may-release"], timeout=30)
@@ -92,7 +92,7 @@ def wait_in_line(url: str, prefix: str, name: str, number: int) -> None:
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     with lock(name, fair=True, timeout=60):
         client.rpush(f"{prefix}:order", str(number))
 
@@ -104,7 +104,7 @@ def hold_a_slot(url: str, prefix: str, name: str, worker: int, rounds: int) -> N
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     slot = lock(name, limit=3, ttl=10, timeout=60)
     client.rpush(f"{prefix}:ready", str(worker))
     client.blpop([f"{prefix}:go:{worker}"], timeout=60)
@@ -123,7 +123,7 @@ def hold_then_stall(url: str, prefix: str, name: str) -> None:
 
     from django_redis_lock import LockLostError, lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     outcome = "kept"
     try:
         with lock(name, ttl=0.5) as held:
@@ -146,7 +146,7 @@ def hold_until_told(url: str, prefix: str, name: str) -> None:
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     with lock(name, ttl=30) as held:
         client.rpush(f"{prefix}:holding", str(held.fencing_token))
         client.blpop([f"{prefix}:may-release"], timeout=60)
@@ -161,7 +161,7 @@ def try_then_wait(url: str, prefix: str, name: str) -> None:
 
     from django_redis_lock import lock
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=None)
     probe = lock(name, blocking=False)
     got = probe.acquire()
     client.rpush(f"{prefix}:tried", "1" if got else "0")
