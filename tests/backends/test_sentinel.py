@@ -30,10 +30,11 @@ from django.conf import settings
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_redis_lock import BackendUnavailableError, alock, lock, locks
+from django_redis_lock import BackendUnavailableError, alock, lock, lock_all, locks, rwlock
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.owner import current_owner, current_task_owner
 from django_redis_lock.testing.topologies import SentinelRedis
+from tests.support.helpers import in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -180,6 +181,51 @@ def test_lock__is_taken_on_the_primary_sentinel_names(
         with lock("sentinel:one", using="pairs"):
             assert lock("sentinel:one", using="sentinel").locked()
         backend.ping()
+
+
+def at_once(side: Any) -> bool:
+    """Return whether another thread (another owner) takes ``side`` at once, and frees it."""
+
+    def attempt() -> bool:
+        taken = bool(side.acquire(blocking=False))
+        if taken:
+            side.release()
+        return taken
+
+    return in_thread(attempt)
+
+
+def test_rwlock__readers_share_and_a_writer_is_alone_on_the_primary(
+    topology: SentinelRedis, prefix: str
+) -> None:
+    with sentinel_settings(topology, prefix):
+        rw = rwlock("sentinel:report", using="sentinel")
+        with rw.read():
+            assert holders(topology, "sentinel:report") == [current_owner().encode()]
+            assert at_once(rw.read())
+            assert not at_once(rw.write())
+        with rw.write():
+            assert not at_once(rw.read())
+        assert holders(topology, "sentinel:report") == []
+
+
+def test_lock_all__takes_every_name_in_one_script_on_the_primary(
+    topology: SentinelRedis, prefix: str
+) -> None:
+    names = ["sentinel:acct:1", "sentinel:acct:2"]
+    with sentinel_settings(topology, prefix):
+        with lock_all(names, using="sentinel"):  # the primary loads the script
+            pass
+        conn = primary_client(topology)
+        try:
+            conn.config_resetstat()
+            with lock_all(names, using="sentinel") as multi:
+                assert conn.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
+                assert sorted(multi.fencing_tokens) == names
+                assert all(holders(topology, name) for name in names)
+        finally:
+            conn.close()
+        assert not any(holders(topology, name) for name in names)
 
 
 def test_listing__iter_locks_and_the_locks_command(topology: SentinelRedis, prefix: str) -> None:
