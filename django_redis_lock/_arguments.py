@@ -24,7 +24,7 @@ from ._validation import (
     validate_timeout,
     validate_ttl,
 )
-from .backends.base import BaseLockBackend, holder_metadata
+from .backends.base import SHARED, BaseLockBackend, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
 from .handler import locks
@@ -162,20 +162,20 @@ class LockArguments:
         )
 
     def _upgrade_refused(self, held_limit: int | None) -> LockUpgradeError:
-        """Return the error of an acquire asking for a stricter hold than the caller has."""
-        if self.mode == "write":
-            problem = (
-                "for writing: this owner holds it for reading, and a read hold is never "
-                "upgraded (two readers upgrading at once would wait for each other for ever)"
-            )
+        """Return the error of an acquire asking for a stricter hold than the caller has.
+
+        ``held_limit`` is the hold's limit, None when only the backend knew of the hold.
+        """
+        wanted = "for writing" if self.mode == "write" else f"with limit={self.limit}"
+        if held_limit == SHARED or (held_limit is None and self.mode == "write"):
+            held = "for reading, and a read hold is never upgraded (two readers upgrading at "
+            held += "once would wait for each other for ever)"
         else:
-            held = "a larger one" if held_limit is None else f"limit={held_limit}"
-            problem = (
-                f"with limit={self.limit}: this owner holds it with {held}, and a hold is "
-                "never made stricter while it is held"
-            )
+            limit = "a larger limit" if held_limit is None else f"limit={held_limit}"
+            held = f"with {limit}, and a hold is never made stricter while it is held"
         return LockUpgradeError(
-            f"Cannot acquire lock {self.name!r} {problem}. Release it first.",
+            f"Cannot acquire lock {self.name!r} {wanted}: this owner holds it {held}. "
+            "Release it first.",
             lock_name=self.name,
         )
 

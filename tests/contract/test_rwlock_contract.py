@@ -199,6 +199,8 @@ def test_rwlock__a_reader_cannot_upgrade_and_keeps_its_read_hold(using: str) -> 
         assert isinstance(caught.value, RuntimeError)
         assert reader.owned()
         assert queued(locks[using], NAME) == 0
+        with pytest.raises(LockUpgradeError, match="holds it for reading"):
+            lock(NAME, using=using).acquire(blocking=False)  # a plain lock is a writer too
         assert try_side(rw.read)  # still a read hold: readers share it
     assert try_side(rw.write)
 
