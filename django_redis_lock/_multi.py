@@ -165,7 +165,7 @@ class MultiLockBase(Generic[H]):
         first = self._members[0]
         owner = first._owner_token()
         holds = self._holds()
-        if any(hold is not None and hold.lost_reason is not None for hold in holds):
+        if self._any_lost(holds):
             return None
         request = AcquireRequest(
             ttl=first._lease_on(backend),
@@ -190,8 +190,7 @@ class MultiLockBase(Generic[H]):
                 self._watched([result.refused], blocking, acquired=False)
             return None if result is None else result.refused
         ends = [once.sent + (taken.lease or once.request.ttl) for taken in result.results]
-        lost = any(hold is not None and hold.lost_reason for hold in self._holds())
-        if lost or time.monotonic() >= min(ends):
+        if self._any_lost(self._holds()) or time.monotonic() >= min(ends):
             # A lease ended before the answer came, or a name held before was found lost
             # meanwhile: no acquisition. Each name's own acquire settles it (and reports it).
             self._withdraw_at_once(once)
@@ -213,6 +212,11 @@ class MultiLockBase(Generic[H]):
     def _holds(self) -> list[Hold | None]:
         """Return the caller's hold of each name (None where it holds none)."""
         return [member._hold() for member in self._members]
+
+    @staticmethod
+    def _any_lost(holds: list[Hold | None]) -> bool:
+        """Return whether one of the caller's holds was found lost."""
+        return any(hold is not None and hold.lost_reason is not None for hold in holds)
 
     def _withdraw_at_once(self, once: AtOnce) -> None:
         """Have whatever an attempt at once took, with no answer seen, undone on the backend."""

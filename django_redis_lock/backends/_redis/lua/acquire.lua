@@ -97,14 +97,15 @@ local function register()
   end
 end
 
+local waiting = redis.call('EXISTS', K_queue) == 1
 -- A registration of this owner under another limit was left by an attempt it saw fail (or
 -- by a process of the same owner that died): not this request's, to be handed a slot under
--- that limit or to keep its place.
-local registration = redis.call('HGET', K_waiters, owner)
+-- that limit or to keep its place. (Registrations exist only while the queue does.)
+local registration = waiting and redis.call('HGET', K_waiters, owner)
 if registration and tonumber(string.match(registration, '^%d+ %d+ (%d+) ')) ~= limit then
   leave_queue(owner)
+  waiting = redis.call('EXISTS', K_queue) == 1
 end
-local waiting = redis.call('EXISTS', K_queue) == 1
 -- A reader queues behind a waiting writer as if it were fair, so writers never starve.
 local queued = waiting and (fair or (limit > 1 and stricter_waiter(owner, limit)))
 if queued then
