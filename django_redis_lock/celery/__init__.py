@@ -29,9 +29,16 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from celery import Task
-from celery._state import get_current_task
-from celery.signals import before_task_publish
+from .._extras import missing_extra
+
+try:
+    from celery import Task
+    from celery._state import get_current_task
+    from celery.signals import before_task_publish
+except ImportError as exc:
+    raise missing_extra(
+        exc, feature="django_redis_lock.celery", package="Celery", extra="celery"
+    ) from exc
 
 from .._single_instance import configure, refuse_run
 from ..conf import DEFAULT_ALIAS

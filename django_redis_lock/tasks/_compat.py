@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-from django.core.exceptions import ImproperlyConfigured
+from .._extras import missing_extra
 
 __all__ = [
     "BaseTaskBackend",
@@ -32,7 +32,9 @@ else:  # pragma: no cover - Django 5.2 with the backport
         from django_tasks.base import Task, TaskContext, TaskResult
         from django_tasks.signals import task_finished, task_started
     except ImportError as exc:
-        raise ImproperlyConfigured(
-            "django_redis_lock.tasks needs Django's task framework: Django 6.0 or later, or "
-            "the django-tasks backport on Django 5.2 (pip install django-tasks)."
+        raise missing_extra(
+            exc,
+            feature="django_redis_lock.tasks",
+            package="Django's task framework (Django 6.0 or later, or the django-tasks backport)",
+            extra="tasks",
         ) from exc

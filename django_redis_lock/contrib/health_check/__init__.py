@@ -16,8 +16,18 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from health_check.base import HealthCheck
-from health_check.exceptions import ServiceUnavailable
+from ..._extras import missing_extra
+
+try:
+    from health_check.base import HealthCheck
+    from health_check.exceptions import ServiceUnavailable
+except ImportError as exc:
+    raise missing_extra(
+        exc,
+        feature="django_redis_lock.contrib.health_check",
+        package="django-health-check",
+        extra="health-check",
+    ) from exc
 
 from ...backends.base import BaseLockBackend
 from ...conf import DEFAULT_ALIAS

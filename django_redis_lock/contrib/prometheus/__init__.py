@@ -17,15 +17,25 @@ import itertools
 import threading
 from collections.abc import Iterator
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from ..._extras import missing_extra
+
+try:
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+    from prometheus_client.core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        Metric,
+    )
+    from prometheus_client.registry import Collector
+    from prometheus_client.utils import floatToGoString
+except ImportError as exc:
+    raise missing_extra(
+        exc,
+        feature="django_redis_lock.contrib.prometheus",
+        package="prometheus_client",
+        extra="prometheus",
+    ) from exc
 
 from ..._observe import Observer, observers
 from ...backends.base import BaseLockBackend
