@@ -18,7 +18,8 @@ the wait until ``run_after``) while the task waits in its queue, the run's ``ttl
 runs.
 
 Enqueues are seen by wrapping ``Task.enqueue`` and ``Task.aenqueue`` once, when
-``single_instance`` is first imported from :mod:`django_redis_lock.tasks`; tasks without ``enqueue=`` pass straight through.
+``single_instance`` is first imported from :mod:`django_redis_lock.tasks`; tasks without
+``enqueue=`` pass straight through.
 ``ImmediateBackend`` runs a task inside its ``enqueue()``: there the run's own lock decides,
 as Celery's eager mode does.
 """
