@@ -7,6 +7,7 @@ no rule of any one backend, and imports no client library.
 
 from __future__ import annotations
 
+import difflib
 from functools import cache
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.utils.module_loading import import_string
 from .backends.base import BaseLockBackend, Problem
 
 __all__ = [
+    "ALIAS_KEYS",
     "DEFAULT_ALIAS",
     "DEFAULT_LOCKS",
     "Problem",
@@ -25,6 +27,9 @@ __all__ = [
 ]
 
 DEFAULT_ALIAS = "default"
+
+#: The keys of one alias of ``LOCKS``, as in Django's ``STORAGES``.
+ALIAS_KEYS = frozenset({"BACKEND", "OPTIONS"})
 
 DEFAULT_LOCKS: dict[str, dict[str, Any]] = {
     DEFAULT_ALIAS: {
@@ -76,11 +81,26 @@ def alias_problems(alias: object, config: Any) -> list[Problem]:
                 'Use {"BACKEND": "django_redis_lock.backends.redis.RedisBackend"}.',
             )
         ]
+    found = []
+    unknown = sorted(map(repr, set(config) - ALIAS_KEYS))
+    if unknown:
+        # A misspelt OPTIONS would be ignored, and the locks would go to the default server.
+        guesses = [difflib.get_close_matches(str(key).upper(), ALIAS_KEYS, n=1) for key in config]
+        meant = sorted({guess[0] for guess in guesses if guess} - set(config))
+        found.append(
+            Problem(
+                "django_redis_lock.E015",
+                f"{where} has unknown keys: {', '.join(unknown)}.",
+                "An alias takes 'BACKEND' and 'OPTIONS' only"
+                + (f" (did you mean {' or '.join(map(repr, meant))}?)." if meant else "."),
+            )
+        )
     path = config["BACKEND"]
     try:
         backend = import_string(path)
     except ImportError as exc:
         return [
+            *found,
             Problem(
                 "django_redis_lock.E004",
                 f"{where}['BACKEND'] {path!r} could not be imported: {exc}.",
@@ -88,24 +108,26 @@ def alias_problems(alias: object, config: Any) -> list[Problem]:
                 "redis.RedisBackend, django_redis_lock.backends.cluster.RedisClusterBackend, "
                 "django_redis_lock.backends.redlock.RedlockBackend and "
                 "django_redis_lock.backends.locmem.LocMemBackend.",
-            )
+            ),
         ]
     if not (isinstance(backend, type) and issubclass(backend, BaseLockBackend)):
         return [
+            *found,
             Problem(
                 "django_redis_lock.E005",
                 f"{where}['BACKEND'] {path!r} is not a lock backend.",
                 "A backend must subclass django_redis_lock.backends.base.BaseLockBackend.",
-            )
+            ),
         ]
     options = config.get("OPTIONS", {})
     if not isinstance(options, dict):
         return [
+            *found,
             Problem(
                 "django_redis_lock.E006",
                 f"{where}['OPTIONS'] must be a dict, got {type(options).__name__}.",
                 "OPTIONS holds the keyword arguments of the backend's constructor.",
-            )
+            ),
         ]
     # The rules of OPTIONS are the backend's own: the ones its constructor applies too.
-    return backend.check_options(options, where=f"{where}['OPTIONS']")
+    return [*found, *backend.check_options(options, where=f"{where}['OPTIONS']")]

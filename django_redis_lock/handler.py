@@ -12,7 +12,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from .backends.base import BaseLockBackend
-from .conf import alias_problems, get_locks_setting, problems
+from .conf import DEFAULT_LOCKS, alias_problems, get_locks_setting, problems
 from .exceptions import InvalidLockBackendError
 from .renewal import renewer
 
@@ -55,7 +55,10 @@ class LocksHandler:
                 f"Could not find config for {alias!r} in settings.LOCKS "
                 f"(aliases: {', '.join(map(repr, self.settings)) or 'none'})."
             ) from None
-        return self.create_backend(alias, config)
+        backend = self.create_backend(alias, config)
+        if self._settings is None and get_locks_setting() is DEFAULT_LOCKS:
+            backend.origin = "the default, because settings.LOCKS is not set"
+        return backend
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.settings)

@@ -51,6 +51,8 @@ class OptionRules:
     connection_options: ClassVar[frozenset[str]] = frozenset()
     #: How the E007 hint names :attr:`connection_options` (empty: it does not).
     connection_options_described: ClassVar[str] = ""
+    #: Keywords of the client library that OPTIONS may not pass, each with the reason (E007).
+    refused_options: ClassVar[Mapping[str, str]] = {}
     #: OPTIONS that are durations in seconds, each checked as a ``ttl`` argument is.
     duration_options: ClassVar[frozenset[str]] = frozenset({"ttl"})
     #: Duration OPTIONS that may also be 0, which turns off what they time.
@@ -81,8 +83,17 @@ class OptionRules:
         list of ``super().option_problems(options, where=where)``; :meth:`own_problem`
         phrases one that only it knows (E014).
         """
-        found = []
-        unknown = sorted(set(options) - cls.options - cls.connection_options)
+        found = [
+            Problem(
+                "django_redis_lock.E007",
+                f"{where}[{key!r}] cannot be set for {cls.__name__}: {reason}.",
+                f"Remove {key!r} from OPTIONS.",
+            )
+            for key, reason in cls.refused_options.items()
+            if key in options
+        ]
+        known = cls.options | cls.connection_options | set(cls.refused_options)
+        unknown = sorted(set(options) - known)
         if unknown:
             name = cls.__name__
             accepted = ", ".join(sorted(cls.options))

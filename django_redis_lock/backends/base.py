@@ -53,6 +53,10 @@ class BaseLockBackend(OptionRules):
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
 
+    #: Where the configuration came from, when the backend's errors must say so: the handler
+    #: sets it on the default it builds when ``settings.LOCKS`` is not set.
+    origin: str = ""
+
     @property
     def location(self) -> str:
         """Return where the locks are kept, for people to read: never a password."""

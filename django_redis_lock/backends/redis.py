@@ -23,6 +23,7 @@ from ._redis.options import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
+    REFUSED_CONNECTION_OPTIONS,
     URL_SCHEMES,
     SentinelAddress,
     async_client,
@@ -91,6 +92,7 @@ class RedisBackend(PipelinedRenewal):
     }
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
+    refused_options: ClassVar[Mapping[str, str]] = REFUSED_CONNECTION_OPTIONS
     duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | {
         "fencing_ttl",
         "socket_timeout",
@@ -181,7 +183,7 @@ class RedisBackend(PipelinedRenewal):
         # What an error message says is unavailable.
         if self.sentinels:
             return f"The Redis primary {self.service_name!r} (found by Sentinel)"
-        return f"Redis at {self.location}"
+        return f"Redis at {self.location}" + (f" ({self.origin})" if self.origin else "")
 
     def __repr__(self) -> str:
         where = f"service={self.service_name!r}" if self.sentinels else f"url={self.location!r}"

@@ -25,6 +25,7 @@ from ._quorum import Failed, Quorum, answer
 from ._redis.options import (
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
+    REFUSED_CONNECTION_OPTIONS,
     URL_SCHEMES,
     url_problems,
 )
@@ -67,6 +68,7 @@ class RedlockBackend(BaseLockBackend):
     )
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
+    refused_options: ClassVar[Mapping[str, str]] = REFUSED_CONNECTION_OPTIONS
     #: The schemes each of ``urls`` may have.
     url_schemes: ClassVar[frozenset[str]] = URL_SCHEMES
 

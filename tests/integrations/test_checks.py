@@ -425,20 +425,6 @@ def test_check__url_sets_decode_responses__E008(query: str) -> None:
     assert str(raised.value) == f"RedisBackend OPTIONS {message} {hint}"
 
 
-def test_check__decode_responses_option__E007_and_refused_by_the_constructor() -> None:
-    with override_settings(LOCKS={"default": redis_alias(decode_responses=True)}):
-        messages = lock_checks()
-    assert [m.msg for m in messages] == [
-        "LOCKS['default']['OPTIONS'] has unknown keys for RedisBackend: 'decode_responses'."
-    ]
-    with pytest.raises(InvalidLockBackendError) as raised:
-        RedisBackend(url=DOWN_URL, decode_responses=True)
-    assert str(raised.value) == (
-        "RedisBackend OPTIONS has unknown keys for RedisBackend: 'decode_responses'. "
-        f"{messages[0].hint}"
-    )
-
-
 @pytest.mark.parametrize(
     ("url", "shown"),
     [

@@ -63,6 +63,11 @@ class RedisKeyspace(BaseLockBackend):
     ) -> BackendUnavailableError:
         # redis-py's cluster client says "cannot be connected" with a RedisClusterException,
         # which is no RedisError.
+        if isinstance(exc, redis.AuthenticationError):
+            # A healthy server that wants a password is not "unavailable": say what it wants.
+            return BackendUnavailableError(
+                f"{self._subject()} {_auth_problem(exc)} ({exc})", lock_name=name
+            )
         if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, RedisClusterException)):
             problem = "is unavailable"
         else:
@@ -180,4 +185,15 @@ def _info(name: str, owner: str, record: bytes, now_ms: int, waiting: int) -> Lo
         now=now_ms / 1000,
         metadata=metadata,
         waiting=waiting,
+    )
+
+
+def _auth_problem(exc: redis.AuthenticationError) -> str:
+    """Say what a server that refused to authenticate wants (never quoting a password)."""
+    # redis-py raises it for WRONGPASS (credentials sent, refused) and NOAUTH (none sent).
+    if str(exc).startswith("invalid username-password pair"):
+        return "refused the user name or password it was given"
+    return (
+        "requires a password, and none was given: put it in the URL "
+        "(redis://:PASSWORD@host:6379/0) or in OPTIONS['password']"
     )

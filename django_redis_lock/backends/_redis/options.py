@@ -20,6 +20,7 @@ __all__ = [
     "ASYNC_CONNECTION_OPTIONS",
     "CONNECTION_OPTIONS",
     "CONNECTION_OPTIONS_DESCRIBED",
+    "REFUSED_CONNECTION_OPTIONS",
     "URL_SCHEMES",
     "UrlProblem",
     "async_client",
@@ -64,6 +65,11 @@ ASYNC_CONNECTION_OPTIONS: frozenset[str] = CONNECTION_OPTIONS & _keywords(
 )
 
 URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
+
+#: redis-py connection keywords that OPTIONS may not pass, and why (check E007 says it).
+REFUSED_CONNECTION_OPTIONS = {
+    "decode_responses": "the backend reads Redis's replies as bytes and decodes them itself",
+}
 
 #: How the hint of check E007 names :data:`CONNECTION_OPTIONS`.
 CONNECTION_OPTIONS_DESCRIBED = (
