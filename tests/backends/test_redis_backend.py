@@ -98,7 +98,12 @@ def test_release__without_min_hold_a_lone_holder_is_freed_by_the_fast_path(
         handle.acquire()
         raw_redis.config_resetstat()
         handle.release()
-    called = set(raw_redis.info("commandstats")) - {"cmdstat_config", "cmdstat_info"}
+    # Redis 7 and Valkey count subcommands apart ("cmdstat_config|resetstat").
+    called = {
+        stat
+        for stat in raw_redis.info("commandstats")
+        if stat.split("|")[0] not in ("cmdstat_config", "cmdstat_info")
+    }
     assert called == {f"cmdstat_{c}" for c in ("evalsha", "hrandfield", "exists", "del")}
 
 
