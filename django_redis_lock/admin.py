@@ -112,7 +112,8 @@ class LockAdmin(ModelAdmin):
         for error in query.errors:
             messages.error(request, error)
         chosen = [query.alias] if query.alias else aliases
-        rows, next_at, next_cursor = self.scan(request, chosen, query)
+        rows, next_at, next_cursor, unlisted = self.scan(request, chosen, query)
+        scanned = chosen[chosen.index(query.at) :] if query.at in chosen else chosen
         can_release = self.has_release_permission(request)
         if can_release:
             back = urlencode(query.filters())
@@ -133,6 +134,10 @@ class LockAdmin(ModelAdmin):
             "app_label": self.opts.app_label,
             "can_release": can_release,
             "rows": rows,
+            # "No held locks" is said only of aliases that were listed: an alias that could
+            # not be listed may hold any number of locks.
+            "unlisted": unlisted,
+            "listed_any": bool(rows) or len(unlisted) < len(scanned),
             "query": query,
             "alias_links": [
                 (alias or "all", alias == query.alias, self.list_url(query, alias=alias))
@@ -151,15 +156,18 @@ class LockAdmin(ModelAdmin):
 
     def scan(
         self, request: HttpRequest, aliases: list[str], query: ListQuery
-    ) -> tuple[list[LockRow], str | None, str | None]:
-        """Return one page of holders and where the next page starts (alias, cursor).
+    ) -> tuple[list[LockRow], str | None, str | None, list[str]]:
+        """Return one page of holders, where the next page starts, and the unlisted aliases.
 
         The page starts at ``query.at`` (an alias) and its cursor, and goes on through the
         following aliases until about :attr:`list_per_page` holders are found, with one
-        ``scan_page()`` call per alias: the whole listing is never loaded.
+        ``scan_page()`` call per alias: the whole listing is never loaded. The next page is
+        an alias and its cursor; an alias that could not be listed is reported as a message
+        and returned last.
         """
         start = aliases.index(query.at) if query.at in aliases else 0
         rows: list[LockRow] = []
+        unlisted: list[str] = []
         for index in range(start, len(aliases)):
             alias = aliases[index]
             cursor = query.cursor if index == start else None
@@ -170,6 +178,7 @@ class LockAdmin(ModelAdmin):
             except (BackendUnavailableError, InvalidLockBackendError) as exc:
                 # Unreachable, or refused by the checks: the other aliases are still listed.
                 messages.error(request, f"Locks on alias {alias!r} could not be listed: {exc}")
+                unlisted.append(alias)
                 cursor, infos = None, []
             except InvalidLockArgumentError:  # a cursor edited by hand: start that alias over
                 cursor, infos = locks[alias].scan_page(
@@ -179,11 +188,11 @@ class LockAdmin(ModelAdmin):
             readers = reader_counts(infos)  # a page lists every holder of each of its locks
             rows.extend(LockRow(alias, info, readers=readers.get(info.name)) for info in ordered)
             if cursor is not None:
-                return rows, alias, cursor
+                return rows, alias, cursor, unlisted
             if len(rows) >= self.list_per_page:
                 following = aliases[index + 1 : index + 2]
-                return rows, (following[0] if following else None), None
-        return rows, None, None
+                return rows, (following[0] if following else None), None, unlisted
+        return rows, None, None, unlisted
 
     @staticmethod
     def release_params(row: LockRow, back: str) -> dict[str, str]:

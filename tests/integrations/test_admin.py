@@ -26,7 +26,7 @@ from django_redis_lock.admin import LockAdmin
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.models import Lock
-from django_redis_lock.testing import locmem_locks
+from django_redis_lock.testing import RedisServer, locmem_locks
 from tests.support.helpers import locks_setting, read_write_holds
 
 pytestmark = pytest.mark.django_db
@@ -296,6 +296,29 @@ def test_list__unreachable_or_refused_alias_is_reported_and_others_listed(
     (message,) = texts(response)
     assert message.startswith("Locks on alias 'default' could not be listed:")
     assert ("'ttl'" in message) is refused
+
+
+def test_list__a_stopped_server_shows_only_its_error_not_no_held_locks(
+    viewer: Client, own_server: RedisServer, prefix: str
+) -> None:
+    setting = locks_setting(own_server.url, prefix)
+    own_server.stop()
+    with override_settings(LOCKS=setting):
+        everything = viewer.get(LIST_URL)
+        stopped_only = viewer.get(LIST_URL, {"alias": "default"})
+        listed_only = viewer.get(LIST_URL, {"alias": "locmem"})
+
+    # Nothing could be listed: the page says why, and claims nothing about held locks.
+    page = stopped_only.content.decode()
+    (message,) = texts(stopped_only)
+    assert message.startswith("Locks on alias 'default' could not be listed:")
+    assert "could not be listed" in page
+    assert "No held locks" not in page
+    # Another alias was listed, and holds nothing: said of the aliases that were listed.
+    page = everything.content.decode()
+    assert "could not be listed" in page
+    assert "No held locks on the aliases that could be listed." in page
+    assert "No held locks." in listed_only.content.decode()
 
 
 # Paging ------------------------------------------------------------------------------------
