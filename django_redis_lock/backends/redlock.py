@@ -29,6 +29,7 @@ from ._redis.options import (
     URL_SCHEMES,
     url_problems,
 )
+from ._withdrawals import Try, Withdrawals
 from .base import (
     SHARED,
     AcquireRequest,
@@ -111,14 +112,15 @@ class RedlockBackend(BaseLockBackend):
         )
         #: How many masters make a majority.
         self.quorum = self._masters.quorum
+        self._withdrawals = Withdrawals(self._masters)
         self._memory_lock = threading.Lock()
         # (name, owner) -> the fencing token of that owner's current hold, so a reentrant
         # acquire returns its first token whichever masters answer this time.
         self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
         # (name, owner) -> the number of retries so far, for the growing sleeps of wait().
         self._retries: OrderedDict[tuple[str, str], int] = OrderedDict()
-        # (name, owner) -> the masters' id of the owner's last try (see acquire).
-        self._tries: OrderedDict[tuple[str, str], str] = OrderedDict()
+        # (name, owner) -> the masters' id of the owner's last try (see acquire), and its ttl.
+        self._tries: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
         self._try_numbers = itertools.count()
 
     @classmethod
@@ -211,7 +213,7 @@ class RedlockBackend(BaseLockBackend):
         # Each try has an id of its own on the masters: a failed one is withdrawn for good
         # (a master that runs it late takes nothing), while the caller tries again.
         try_id = f"{request.attempt or new_attempt()}~{next(self._try_numbers):x}"
-        self._remember(self._tries, (name, owner), try_id)
+        self._remember(self._tries, (name, owner), (try_id, request.ttl))
         started = time.monotonic()
         plain = dataclasses.replace(request, wait=0.0, fair=False, claim=False, attempt=try_id)
         outcomes = self._masters.fan(
@@ -235,13 +237,11 @@ class RedlockBackend(BaseLockBackend):
                     holds=counts[self.quorum - 1],
                     lease=round(left, 3),
                 )
-        # Not acquired: withdraw the attempt on every master, without waiting for the slow
-        # ones. A master that runs the attempt only now (it was frozen) finds it withdrawn
-        # and takes nothing, so a failed owner never ends up holding a majority late.
-        self._masters.fan(
-            lambda node: node.withdraw(name, owner, request.holds or 0, try_id),
-            decided=lambda answers: len(answers) >= self.quorum,
-        )
+        # Not acquired: withdraw the try on every master that took it, or may run it late (it
+        # did not answer). A master that runs it only after its withdrawal takes nothing, so
+        # a failed owner never ends up holding a majority late.
+        failed = Try(name, owner, request.holds or 0, try_id, request.ttl)
+        self._withdrawals.failed(failed, outcomes)
         self._masters.answered(outcomes, name)  # fewer than a majority answered: unavailable
         if request.holds and any(isinstance(o, AcquireResult) and o.lost for o in outcomes):
             return AcquireResult(False, lost=True)
@@ -342,11 +342,15 @@ class RedlockBackend(BaseLockBackend):
         return max(0.0, min(timeout, delay))
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
+        ttl = self.default_ttl
         if attempt:
             with self._memory_lock:
-                last = self._tries.get((name, owner), "")
-            attempt = last if last.startswith(f"{attempt}~") else attempt
+                last, last_ttl = self._tries.get((name, owner), ("", ttl))
+            if last.startswith(f"{attempt}~"):
+                attempt, ttl = last, last_ttl
         outcomes = self._masters.ask(lambda node: node.withdraw(name, owner, holds, attempt))
+        if attempt:  # a master that did not answer may run the try late: it is owed this
+            self._withdrawals.unanswered(Try(name, owner, holds, attempt, ttl), outcomes)
         left = sorted(self._masters.answered(outcomes, name), reverse=True)[self.quorum - 1]
         if left == 0:
             self._forget(name, owner)

@@ -87,3 +87,42 @@ def test_two_masters_frozen__a_failed_acquire_holds_nothing_once_they_answer(
     other = lock(name, ttl=30, owner="other")
     assert other.acquire(blocking=False), "the failed owner still holds a majority"
     other.release()
+
+
+@pytest.fixture
+def quick_redlock(masters: list[RedisServer], prefix: str) -> Iterator[RedlockBackend]:
+    """A 'default' Redlock alias with the default per-master timeouts (0.2s)."""
+    options = {"urls": [server.url for server in masters], "key_prefix": prefix}
+    with override_settings(LOCKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
+        backend = locks["default"]
+        assert isinstance(backend, RedlockBackend)
+        # Two connections to every master, opened before the freeze: an acquire sent on one
+        # reaches the frozen master's socket, and runs when it resumes.
+        with lock("fault:warm-up", ttl=1), lock("fault:warm-up:2", ttl=1):
+            pass
+        yield backend
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["try-lock", "blocking"])
+def test_two_masters_frozen__failed_acquires_are_withdrawn_when_they_resume(
+    masters: list[RedisServer], quick_redlock: RedlockBackend, blocking: bool
+) -> None:
+    name = "fault:resume"
+    handle = lock(name, ttl=10)
+    masters[1].pause()
+    masters[2].pause()
+    try:
+        for _ in range(5):
+            with pytest.raises(BackendUnavailableError):
+                handle.acquire(blocking=blocking, timeout=1 if blocking else None)
+    finally:
+        masters[1].resume()
+        masters[2].resume()
+        resumed = time.monotonic()
+    other = lock(name, ttl=10, owner="other")
+    assert other.acquire(timeout=1.5), (
+        "the failed owner held a majority after the frozen masters resumed"
+    )
+    waited = time.monotonic() - resumed
+    other.release()
+    assert waited < 1.5
