@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from django.http import HttpRequest, HttpResponseBase
 
 from .conf import DEFAULT_ALIAS
-from .viewlock.engine import UNSAFE_METHODS, ConflictHook, ViewLock
+from .viewlock.engine import UNSAFE_METHODS, ConflictHook, RetryAfter, ViewLock
 from .viewlock.keys import Key
 
 __all__ = ["lock_view"]
@@ -29,6 +29,7 @@ def lock_view(
     using: str = DEFAULT_ALIAS,
     on_conflict: ConflictHook | None = None,
     template_name: str | None = None,
+    retry_after: RetryAfter | None = None,
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same ``key`` never run it at once.
 
@@ -42,7 +43,9 @@ def lock_view(
     A request that finds the lock held waits up to ``timeout`` seconds (default: not at all),
     then gets ``on_conflict(request, holders)``, or ``template_name`` rendered, or a
     ``409 Conflict`` (``status`` may be 423, 429 or 503) with ``Retry-After`` set to the
-    seconds left of the holder's lease; in JSON for clients that ask for JSON.
+    seconds left of the holder's lease; in JSON for clients that ask for JSON. A view that
+    knows better how long it runs says so with ``retry_after``: whole seconds, or a callable
+    ``(request, holders) -> seconds`` (rounded up, at least 1).
     """
 
     def decorator(view: V) -> V:
@@ -62,6 +65,7 @@ def lock_view(
             using=using,
             on_conflict=on_conflict,
             template_name=template_name,
+            retry_after=retry_after,
         )
         if inspect.iscoroutinefunction(view):
 

@@ -9,7 +9,13 @@ from django.http import HttpRequest, HttpResponseBase
 
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
-from .viewlock.engine import UNSAFE_METHODS, ViewLock, conflict_response, validate_status
+from .viewlock.engine import (
+    UNSAFE_METHODS,
+    ViewLock,
+    conflict_response,
+    validate_retry_after,
+    validate_status,
+)
 from .viewlock.keys import Key, validate_key
 
 __all__ = ["LockMixin"]
@@ -31,6 +37,7 @@ class LockMixin:
     lock_using: str = DEFAULT_ALIAS
     lock_status: int = 409
     lock_template_name: str | None = None
+    lock_retry_after: int | None = None
     request: HttpRequest
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -39,6 +46,7 @@ class LockMixin:
         where = f"LockMixin on {cls.__module__}.{cls.__qualname__}"
         validate_key(cls.lock_key, where=where)
         validate_status(cls.lock_status, where=where)
+        validate_retry_after(cls.lock_retry_after, where=where)
 
     def get_lock_key(self) -> Key:
         """Return what requests are keyed by (see :func:`~.decorators.lock_view`)."""
@@ -64,10 +72,21 @@ class LockMixin:
         """Return the LOCKS alias of the lock."""
         return self.lock_using
 
+    def get_lock_retry_after(self, holders: list[LockInfo]) -> float | None:
+        """Return the ``Retry-After`` seconds of a conflict (None: the holder's lease left).
+
+        The seconds are rounded up, and at least 1.
+        """
+        return self.lock_retry_after
+
     def handle_lock_conflict(self, holders: list[LockInfo]) -> HttpResponseBase:
         """Answer a request whose lock is held (``holders`` says by whom, for how long)."""
         return conflict_response(
-            self.request, holders, status=self.lock_status, template_name=self.lock_template_name
+            self.request,
+            holders,
+            status=self.lock_status,
+            template_name=self.lock_template_name,
+            retry_after=self.get_lock_retry_after(holders),
         )
 
     def _view_lock(self) -> ViewLock:

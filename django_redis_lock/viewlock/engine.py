@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from dataclasses import dataclass
@@ -27,11 +28,11 @@ from ..backends.base import LockInfo
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError
 from ..handler import locks
-from ..listing import retry_after
+from ..listing import retry_after as lease_left
 from ..lock import Lock
 from .keys import Key, request_key, validate_key
 
-__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "ViewLock"]
+__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -42,6 +43,8 @@ UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CONFLICT_STATUSES = frozenset({409, 423, 429, 503})
 
 ConflictHook = Callable[[HttpRequest, list[LockInfo]], HttpResponseBase]
+#: A view's own ``Retry-After``: whole seconds, or ``(request, holders) -> seconds``.
+RetryAfter = int | Callable[[HttpRequest, list[LockInfo]], float]
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,12 @@ class ViewLock:
     using: str = DEFAULT_ALIAS
     on_conflict: ConflictHook | None = None
     template_name: str | None = None
+    retry_after: RetryAfter | None = None
 
     def __post_init__(self) -> None:
         validate_key(self.key, where=self.where)
         validate_status(self.status, where=self.where)
+        validate_retry_after(self.retry_after, where=self.where)
         if self.ttl is not None:
             validate_ttl(self.ttl)  # a bad lease or timeout fails when the view is defined
         if self.timeout is None or validate_timeout(self.timeout) is None:
@@ -155,8 +160,14 @@ class ViewLock:
         """Answer a request whose lock another request holds."""
         if self.on_conflict is not None:
             return self.on_conflict(request, holders)
+        hint = self.retry_after
+        seconds = hint(request, holders) if callable(hint) else hint
         return conflict_response(
-            request, holders, status=self.status, template_name=self.template_name
+            request,
+            holders,
+            status=self.status,
+            template_name=self.template_name,
+            retry_after=seconds,
         )
 
 
@@ -168,19 +179,33 @@ def validate_status(status: object, *, where: str) -> None:
         )
 
 
+def validate_retry_after(value: object, *, where: str) -> None:
+    """Raise ImproperlyConfigured unless ``value`` is None, seconds >= 1, or a callable."""
+    if value is None or callable(value):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(
+            f"{where}: retry_after must be a whole number of seconds >= 1 or a callable "
+            f"(request, holders) -> seconds, got {value!r}."
+        )
+
+
 def conflict_response(
     request: HttpRequest,
     holders: list[LockInfo],
     *,
     status: int = 409,
     template_name: str | None = None,
+    retry_after: float | None = None,
 ) -> HttpResponseBase:
     """Return the default answer to a conflict: a template, JSON, or a line of text.
 
     JSON goes to clients that prefer it (their ``Accept`` header, or a JSON request body).
-    ``Retry-After`` says when the holder's lease ends, rounded up.
+    ``Retry-After`` is ``retry_after`` seconds if given, else when the holder's lease ends;
+    rounded up, at least 1.
     """
-    seconds = retry_after(holders)
+    # Rounded up as the lease left is: a client told "0" or a fraction would retry at once.
+    seconds = lease_left(holders) if retry_after is None else max(1, math.ceil(retry_after))
     message = "This request is already being processed. Try again later."
     response: HttpResponseBase
     if template_name is not None:

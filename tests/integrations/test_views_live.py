@@ -36,7 +36,16 @@ def work(request: HttpRequest) -> HttpResponse:
     return HttpResponse(f"done {job}")
 
 
-urlpatterns = [path("work/", work)]
+@csrf_exempt
+@lock_view("post:job", retry_after=2)  # a 30 s lease, for work that takes about 2 s
+def brief(request: HttpRequest) -> HttpResponse:
+    with inside_lock:
+        inside.append(request.POST["job"])
+    assert release.wait(10), "the test never released the view"
+    return HttpResponse("done")
+
+
+urlpatterns = [path("work/", work), path("brief/", brief)]
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +100,12 @@ class LockViewLiveTests(LiveServerTestCase):
                 assert 1 <= int(headers["Retry-After"]) <= 5  # the holder's lease, rounded up
                 assert body == "This request is already being processed. Try again later."
         assert not locks["default"].locked(f"view:{__name__}.work:job=a")
+
+    def test_a_view_with_retry_after__sends_its_value_not_the_lease_left(self) -> None:
+        results = send_all(f"{self.live_server_url}/brief/", ["a"] * 3, holders=1)
+
+        assert sorted(status for status, _, _ in results) == [200, 409, 409]
+        assert {h["Retry-After"] for status, h, _ in results if status == 409} == {"2"}
 
     def test_five_concurrent_posts_for_different_keys__all_run(self) -> None:
         jobs = ["a", "b", "c", "d", "e"]
