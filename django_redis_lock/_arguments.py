@@ -127,6 +127,10 @@ class LockArguments:
         """Return the lease each acquire takes on ``backend`` (its ``ttl`` option by default)."""
         return backend.default_ttl if self._ttl is None else self._ttl
 
+    def _max_hold_on(self, backend: BaseLockBackend) -> float | None:
+        """Return how long renewal goes on at most on ``backend`` (its ``max_hold`` option)."""
+        return backend.default_max_hold if self.max_hold is None else self.max_hold
+
     def _acquire_arguments(
         self, blocking: bool | None, timeout: float | None
     ) -> tuple[bool, float | None, bool]:

@@ -273,6 +273,7 @@ class LockHandle(LockArguments):
             self._lost.pop(owner, None)
         hold.count, hold.attempt, hold.ends = result.holds or 1, attempt, ends
         if renew and hold.lease is None:
+            max_hold = self._max_hold_on(backend)
             hold.lease = Lease(
                 backend=backend,
                 name=self.name,
@@ -280,7 +281,7 @@ class LockHandle(LockArguments):
                 ttl=self._lease_on(backend),
                 ends=ends,
                 on_lost=self._lost_by(hold),
-                stop_at=None if self.max_hold is None else time.monotonic() + self.max_hold,
+                stop_at=None if max_hold is None else time.monotonic() + max_hold,
                 orphaned=self._orphan_check(),
             )
             renewer.add(hold.lease)

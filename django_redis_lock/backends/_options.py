@@ -46,7 +46,7 @@ class OptionRules:
     """
 
     #: OPTIONS accepted by every backend; subclasses add theirs.
-    options: ClassVar[frozenset[str]] = frozenset({"key_prefix", "ttl"})
+    options: ClassVar[frozenset[str]] = frozenset({"key_prefix", "ttl", "max_hold"})
     #: Further OPTIONS passed through to the client library (redis-py's connection pool).
     connection_options: ClassVar[frozenset[str]] = frozenset()
     #: How the E007 hint names :attr:`connection_options` (empty: it does not).
@@ -54,9 +54,11 @@ class OptionRules:
     #: Keywords of the client library that OPTIONS may not pass, each with the reason (E007).
     refused_options: ClassVar[Mapping[str, str]] = {}
     #: OPTIONS that are durations in seconds, each checked as a ``ttl`` argument is.
-    duration_options: ClassVar[frozenset[str]] = frozenset({"ttl"})
+    duration_options: ClassVar[frozenset[str]] = frozenset({"ttl", "max_hold"})
     #: Duration OPTIONS that may also be 0, which turns off what they time.
     switch_duration_options: ClassVar[frozenset[str]] = frozenset()
+    #: Duration OPTIONS that may also be None, which is what leaving them out means.
+    optional_duration_options: ClassVar[frozenset[str]] = frozenset({"max_hold"})
 
     def __new__(cls: type[_Backend], *args: Any, **options: Any) -> _Backend:
         found = cls.check_options(options, where=f"{cls.__name__} OPTIONS")
@@ -78,10 +80,10 @@ class OptionRules:
         """Return what is wrong with ``options``, named ``where`` as in :meth:`check_options`.
 
         Every backend gets these rules: no unknown key (E007), every duration option a number
-        of seconds from 1 ms (or 0, for a switch) to ten years (E009), a ``key_prefix`` that
-        is a non-empty string without braces (E010). A subclass adds its own, extending the
-        list of ``super().option_problems(options, where=where)``; :meth:`own_problem`
-        phrases one that only it knows (E014).
+        of seconds from 1 ms (or 0, for a switch; or None, for an optional one) to ten years
+        (E009), a ``key_prefix`` that is a non-empty string without braces (E010). A subclass
+        adds its own, extending the list of ``super().option_problems(options, where=where)``;
+        :meth:`own_problem` phrases one that only it knows (E014).
         """
         found = [
             Problem(
@@ -108,6 +110,8 @@ class OptionRules:
             )
         for option in options:
             if option not in cls.duration_options:
+                continue
+            if options[option] is None and option in cls.optional_duration_options:
                 continue
             argument = f"{where}[{option!r}]"
             try:

@@ -46,12 +46,19 @@ class BaseLockBackend(OptionRules):
     keyword arguments before ``__init__`` runs, as ``manage.py check`` checks ``LOCKS``.
     """
 
-    def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
+    def __init__(
+        self, *, key_prefix: str = "lock", ttl: float = 30.0, max_hold: float | None = None
+    ) -> None:
         self.key_prefix = key_prefix
         self.default_ttl = float(ttl)
+        self.default_max_hold = None if max_hold is None else float(max_hold)
 
     #: The longest single :meth:`wait` the backend supports, in seconds.
     max_wait: float = 5.0
+
+    #: How long renewal goes on at most for a lock that does not pass ``max_hold`` (None: no
+    #: bound); the ``max_hold`` option sets it.
+    default_max_hold: float | None = None
 
     #: Where the configuration came from, when the backend's errors must say so: the handler
     #: sets it on the default it builds when ``settings.LOCKS`` is not set.

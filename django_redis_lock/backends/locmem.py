@@ -40,8 +40,10 @@ class LocMemBackend(BaseLockBackend):
 
     options: ClassVar[frozenset[str]] = BaseLockBackend.options
 
-    def __init__(self, *, key_prefix: str = "lock", ttl: float = 30.0) -> None:
-        super().__init__(key_prefix=key_prefix, ttl=ttl)
+    def __init__(
+        self, *, key_prefix: str = "lock", ttl: float = 30.0, max_hold: float | None = None
+    ) -> None:
+        super().__init__(key_prefix=key_prefix, ttl=ttl, max_hold=max_hold)
         self._locks: dict[str, Entry] = {}
         self._fences: dict[str, int] = {}
         self._changed = threading.Condition()

@@ -73,11 +73,12 @@ class RedisBackend(PipelinedRenewal):
     """Locks stored on one Redis server.
 
     OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
-    (default lease), ``fencing_ttl`` (0, the default: fencing tokens come from the server's
-    clock and nothing is kept after a release; more: a durable counter per name, kept that
-    long after its last lease), ``socket_timeout`` and ``socket_connect_timeout`` (seconds;
-    every call fails within them when Redis is unreachable), and any keyword argument of
-    redis-py's connection pool (``password``, ``ssl_ca_certs``, ``max_connections``, ...).
+    (default lease), ``max_hold`` (default bound on renewal), ``fencing_ttl`` (0, the
+    default: fencing tokens come from the server's clock and nothing is kept after a release;
+    more: a durable counter per name, kept that long after its last lease), ``socket_timeout``
+    and ``socket_connect_timeout`` (seconds; every call fails within them when Redis is
+    unreachable), and any keyword argument of redis-py's connection pool (``password``,
+    ``ssl_ca_certs``, ``max_connections``, ...).
     """
 
     options: ClassVar[frozenset[str]] = BaseLockBackend.options | {
@@ -109,6 +110,7 @@ class RedisBackend(PipelinedRenewal):
         url: str = "redis://127.0.0.1:6379/0",
         key_prefix: str = "lock",
         ttl: float = 30.0,
+        max_hold: float | None = None,
         fencing_ttl: float = 0.0,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
@@ -118,7 +120,7 @@ class RedisBackend(PipelinedRenewal):
         wait_replicas_timeout: float = 1.0,
         **connection_options: Any,
     ) -> None:
-        super().__init__(key_prefix=key_prefix, ttl=ttl)
+        super().__init__(key_prefix=key_prefix, ttl=ttl, max_hold=max_hold)
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
         self.wait_replicas_timeout = float(wait_replicas_timeout)

@@ -82,13 +82,14 @@ class RedlockBackend(BaseLockBackend):
         urls: Sequence[str] = (),
         key_prefix: str = "lock",
         ttl: float = 30.0,
+        max_hold: float | None = None,
         fencing_ttl: float = 0.0,
         socket_timeout: float = 0.2,
         socket_connect_timeout: float = 0.2,
         clock_drift_factor: float = 0.01,
         **connection_options: Any,
     ) -> None:
-        super().__init__(key_prefix=key_prefix, ttl=ttl)
+        super().__init__(key_prefix=key_prefix, ttl=ttl, max_hold=max_hold)
         self.clock_drift_factor = float(clock_drift_factor)
         self.socket_timeout = float(socket_timeout)
         self.socket_connect_timeout = float(socket_connect_timeout)

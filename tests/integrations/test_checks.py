@@ -213,7 +213,7 @@ def test_check__unknown_option__E007() -> None:
         assert lock_checks() == [
             Error(
                 "LOCKS['default']['OPTIONS'] has unknown keys for LocMemBackend: 'tll', 'url'.",
-                hint="LocMemBackend accepts: key_prefix, ttl.",
+                hint="LocMemBackend accepts: key_prefix, max_hold, ttl.",
                 id="django_redis_lock.E007",
             )
         ]
@@ -229,7 +229,7 @@ def test_check__unknown_redis_option__E007() -> None:
         )
     ]
     assert messages[0].hint == (
-        "RedisBackend accepts: fencing_ttl, key_prefix, sentinels, service_name, "
+        "RedisBackend accepts: fencing_ttl, key_prefix, max_hold, sentinels, service_name, "
         "socket_connect_timeout, socket_timeout, ttl, url, wait_replicas, "
         "wait_replicas_timeout, and redis-py connection keywords such as password, "
         "ssl_ca_certs or max_connections."
@@ -457,6 +457,7 @@ def test_runtime__unparsable_url_raises_invalid_backend() -> None:
 
 DURATIONS = [
     "ttl",
+    "max_hold",
     "socket_timeout",
     "socket_connect_timeout",
     "fencing_ttl",
@@ -464,6 +465,8 @@ DURATIONS = [
 ]
 #: The durations that 0 turns off.
 SWITCHES = {"fencing_ttl"}
+#: The durations that may be None.
+OPTIONAL = {"max_hold"}
 
 
 @pytest.mark.parametrize("option", DURATIONS)
@@ -479,6 +482,10 @@ SWITCHES = {"fencing_ttl"}
     ],
 )  # fmt: skip
 def test_check__duration_out_of_range__E009(option: str, value: object, must: str) -> None:
+    if option in OPTIONAL and value is None:  # None is what leaving it out means
+        with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
+            assert lock_checks() == []
+        return
     if option in SWITCHES and must.startswith("be a finite number of seconds of at least"):
         must = "be a finite number of seconds >= 0 (0: off), got"
         if value in (0, 0.0009):  # 0 turns it off; anything above is a duration
@@ -525,6 +532,51 @@ def test_check__ttl_too_long__E009_and_refused_by_the_handler() -> None:
 def test_check__duration_positive__no_error(option: str, value: float) -> None:
     with override_settings(LOCKS={"default": redis_alias(**{option: value})}):
         assert lock_checks() == []
+
+
+MAX_HOLD_ALIASES = {
+    "redis": redis_alias(),
+    "sentinel": redis_alias(sentinels=["127.0.0.1:26379"], service_name="mymaster"),
+    "cluster": {"BACKEND": CLUSTER, "OPTIONS": {"startup_nodes": ["127.0.0.1:1"]}},
+    "redlock": {
+        "BACKEND": REDLOCK,
+        "OPTIONS": {"urls": [f"redis://127.0.0.1:{n}/0" for n in (1, 2, 3)]},
+    },
+    "locmem": {"BACKEND": LOCMEM, "OPTIONS": {}},
+}
+
+
+@pytest.mark.parametrize("kind", MAX_HOLD_ALIASES)
+@pytest.mark.parametrize(
+    ("value", "must"),
+    [
+        (0, "be a finite number of seconds of at least 0.001, got 0."),
+        ("1h", "be a number of seconds, not str: '1h'."),
+        (1e18, "be at most 315360000 seconds (ten years), got 1e+18."),
+    ],
+)
+def test_check__bad_max_hold_option__E009_on_every_backend(
+    kind: str, value: object, must: str
+) -> None:
+    alias = MAX_HOLD_ALIASES[kind]
+    setting = {"default": {**alias, "OPTIONS": {**alias["OPTIONS"], "max_hold": value}}}
+    message = f"LOCKS['default']['OPTIONS']['max_hold'] must {must}"
+    with override_settings(LOCKS=setting):
+        assert lock_checks() == [Error(message, hint=HINT_E009, id="django_redis_lock.E009")]
+        with pytest.raises(InvalidLockBackendError) as raised:
+            locks["default"]
+    assert str(raised.value) == f"{message} {HINT_E009}"
+
+
+@pytest.mark.parametrize("kind", MAX_HOLD_ALIASES)
+@pytest.mark.parametrize("value", [None, 0.5, 3600])
+def test_check__max_hold_option__accepted_alike_by_every_backend(kind: str, value: object) -> None:
+    alias = MAX_HOLD_ALIASES[kind]
+    setting = {"default": {**alias, "OPTIONS": {**alias["OPTIONS"], "max_hold": value}}}
+    with override_settings(LOCKS=setting):
+        assert lock_checks() == []
+        if kind != "cluster":  # it connects when built: tests/contract builds it on a cluster
+            assert locks["default"].default_max_hold == value
 
 
 # E010 ---------------------------------------------------------------------------------------
