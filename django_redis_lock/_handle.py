@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
-from ._arguments import LockArguments
+from ._losses import LossReports
 from ._observe import UNWATCHED, Unwatched, Watch, observers
 from ._steps import Step, Steps, WaitThenClaim, Withdraw
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
@@ -48,7 +47,7 @@ UNDO_FOR = 60.0
 LATE_ANSWERS = 3
 
 
-class LockHandle(LockArguments):
+class LockHandle(LossReports):
     """The holds, acquire loop and decisions of a lock handle; subclasses do the I/O."""
 
     @property
@@ -283,39 +282,11 @@ class LockHandle(LockArguments):
                 on_lost=self._lost_by(hold),
                 stop_at=None if max_hold is None else time.monotonic() + max_hold,
                 orphaned=self._orphan_check(),
+                min_hold=self.min_hold,
             )
             renewer.add(hold.lease)
         if fresh:
             hold.announce_acquired(time.monotonic() - started)
-
-    # Loss --------------------------------------------------------------------------------------
-
-    def _orphan_check(self) -> Callable[[], str | None] | None:
-        """Return how the renewal thread learns that the holder can no longer release."""
-        return None
-
-    def _on_lost_callback(self) -> Callable[[], None] | None:
-        """Return what a hold taken now calls when it is lost (from any thread), if anything."""
-        return None if self.on_lost is None else self._run_on_lost
-
-    def _run_on_lost(self) -> None:
-        """Call the ``on_lost`` callback; its error is logged, never raised."""
-        assert self.on_lost is not None
-        try:
-            self.on_lost(self)
-        except Exception:
-            logger.exception("The on_lost callback of lock %r failed.", self.name)
-
-    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
-        """Return what records ``hold`` as lost, for a reason given (from any thread)."""
-
-        def lost(reason: str) -> None:
-            if hold.lease is not None:
-                renewer.remove(hold.lease)  # a lost lease is never renewed again
-            self._lost[hold.owner] = hold
-            hold.report_lost(reason)
-
-        return lost
 
     # Releasing, checking, leaving a block --------------------------------------------------------
 

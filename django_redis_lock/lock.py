@@ -43,9 +43,11 @@ class Lock(LockHandle):
     ``limit`` lets that many owners hold the lock at once (a counting semaphore). ``fair``
     serves waiters strictly in arrival order. ``auto_renew`` renews the lease every third of
     it while the lock is held (default: on for ``with`` blocks and decorators, off for
-    :meth:`~Lock.acquire`), for at most ``max_hold`` seconds if given. When a hold is lost,
-    ``on_lost(lock)`` is called, and leaving the ``with`` block raises
-    :class:`~django_redis_lock.LockLostError` (only logged with ``raise_on_lost=False``).
+    :meth:`~Lock.acquire`), for at most ``max_hold`` seconds (default: the backend's
+    ``max_hold`` option, else no bound). A thread that ends holding a renewed lock loses it:
+    renewal releases it for the thread. When a hold is lost, ``on_lost(lock)`` is called, and
+    leaving the ``with`` block raises :class:`~django_redis_lock.LockLostError` (only logged
+    with ``raise_on_lost=False``).
 
     ``min_hold`` keeps the lock held until at least that many seconds after it was acquired,
     even when the body finishes sooner: the last release within that window leaves the lock
@@ -61,6 +63,18 @@ class Lock(LockHandle):
 
     def _where(self) -> str:
         return threading.current_thread().name
+
+    def _orphan_check(self) -> Callable[[], str | None] | None:
+        if self.owner is not None:
+            return None  # a token of the caller's own outlives the thread that took it
+        thread = threading.current_thread()
+
+        def orphaned() -> str | None:
+            if thread.is_alive():
+                return None
+            return "the thread holding it ended without releasing it"
+
+        return orphaned
 
     # Acquiring and releasing -----------------------------------------------------------------
 

@@ -14,7 +14,10 @@ A lease that renewal finds gone (ended, force-released, or taken by another owne
 revived: the backend's renew is owner-checked. Its holder is told through the callback it
 registered. A lease stops being renewed when its lock is released (before the release is
 sent, so a late renewal reply can never be mistaken for a loss), or when its ``max_hold``
-runs out; the holder then learns of the loss when the lease ends.
+runs out; the holder then learns of the loss when the lease ends. A lease whose holder can
+no longer release it (its thread or asyncio task ended, its event loop closed) is never
+renewed again: the renewal thread releases it on the server for the holder, so another owner
+need not wait for the lease to end, and reports the hold lost.
 
 The thread starts lazily on the first registration, and survives backend errors: it retries,
 and reports a loss once its estimate of the lease's end has passed (an estimate that errs
@@ -54,9 +57,11 @@ class Lease:
     ends: float
     on_lost: Callable[[str], None]
     stop_at: float | None = None
-    #: Return why nobody can release the lock any more (its holder's event loop closed, say),
-    #: or None: an orphaned lease is no longer renewed, and ends by itself.
+    #: Return why nobody can release the lock any more (its holder's thread ended, say), or
+    #: None: an orphaned lease is no longer renewed, but released here and reported lost.
     orphaned: Callable[[], str | None] | None = None
+    #: The ``min_hold`` of the handle, which the release of an orphaned lease keeps too.
+    min_hold: float = 0.0
     due: float = field(init=False)
     active: bool = field(default=True, init=False)
     renewing: bool = field(default=True, init=False)
@@ -280,13 +285,28 @@ class Renewer:
         reason = None if lease.orphaned is None else lease.orphaned()
         if reason is None:
             return False
-        self.remove(lease)
+        with self._cond:
+            if not lease.active:
+                return True  # released meanwhile (an owner= token shared with another loop)
+            lease.active = False
+            self._leases.discard(lease)
+        # Nobody is left to release it: waiting for the lease to end would keep every other
+        # owner out for a ttl, and a hold that nobody will ever release is a lost hold.
+        window = {"min_hold": lease.min_hold} if lease.min_hold else {}
+        try:
+            lease.backend.release(lease.name, lease.owner, 1, **window)
+        except Exception as exc:  # the lease then ends by itself, within a ttl
+            freed = f"It ends with its lease, as releasing it failed: {exc}"
+        else:
+            freed = "Released it on the server"
         logger.warning(
-            "Stopped renewing lock %r of owner %s: %s. It ends with its lease.",
+            "Stopped renewing lock %r of owner %s: %s. %s.",
             lease.name,
             lease.owner,
             reason,
+            freed,
         )
+        lease.on_lost(reason)
         return True
 
     def _renewed(

@@ -1,0 +1,54 @@
+"""How a lock handle learns that its caller's hold is lost, and tells the caller.
+
+A hold is lost when its lease ended, another owner took the lock, or nobody is left to
+release it (the thread or asyncio task holding it ended): the renewal thread, a release, or a
+nested acquire finds out, and calls what :meth:`LossReports._lost_by` returns, from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ._arguments import LockArguments
+from .holds import Hold, held
+from .renewal import renewer
+
+__all__ = ["LossReports"]
+
+logger = logging.getLogger("django_redis_lock")
+
+
+class LossReports(LockArguments):
+    """The loss reporting of a lock handle; subclasses say how their holders can be orphaned."""
+
+    def _orphan_check(self) -> Callable[[], str | None] | None:
+        """Return how the renewal thread learns that the holder can no longer release."""
+        return None
+
+    def _on_lost_callback(self) -> Callable[[], None] | None:
+        """Return what a hold taken now calls when it is lost (from any thread), if anything."""
+        return None if self.on_lost is None else self._run_on_lost
+
+    def _run_on_lost(self) -> None:
+        """Call the ``on_lost`` callback; its error is logged, never raised."""
+        assert self.on_lost is not None
+        try:
+            self.on_lost(self)
+        except Exception:
+            logger.exception("The on_lost callback of lock %r failed.", self.name)
+
+    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
+        """Return what records ``hold`` as lost, for a reason given (from any thread)."""
+
+        def lost(reason: str) -> None:
+            lease = hold.lease
+            if lease is not None:
+                renewer.remove(lease)  # a lost lease is never renewed again
+                key = (hold.backend, self.name, hold.owner)
+                if lease.orphaned is not None and lease.orphaned() and held.get(key) is hold:
+                    del held[key]  # nobody is left to release it
+            self._lost[hold.owner] = hold
+            hold.report_lost(reason)
+
+        return lost
