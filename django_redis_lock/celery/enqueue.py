@@ -12,7 +12,9 @@ publishes its message. A send that finds the claim held publishes nothing: it re
 - until the run ends, whichever way: the run's process frees it when the body returned,
   raised or was skipped; the worker's main process when the run's child died, ran out of time
   or was terminated (see :mod:`.worker`), and when a worker discards the message as revoked
-  or expired. A retry keeps it: the retry's send takes it again for the same task id.
+  or expired. A retry keeps it: the retry's send takes it again for the same task id;
+- after a publish that raised but may have sent its message (see :mod:`.publish`), until
+  its lease ends or the run takes it over.
 
 Sends are seen by wrapping :meth:`celery.app.task.Task.apply_async` once, when this package's
 Celery integration is imported; tasks without ``enqueue=`` pass straight through. ``send_task``
@@ -36,7 +38,7 @@ from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from .._single_instance import claim, claim_metadata
-from ..backends.base import AcquireRequest
+from ..backends.base import AcquireRequest, BaseLockBackend
 from ..exceptions import LockError
 from ..handler import locks
 from ..listing import task_id as task_id_of
@@ -50,6 +52,7 @@ from .keys import (
     message_lock_name,
     task_record,
 )
+from .publish import may_have_sent, watch_attempts
 from .worker import keep_claim, release_claim, resending, run_id_of
 
 __all__ = ["take_over_claim"]
@@ -101,14 +104,32 @@ def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]
         holder = claim(config, self.name, name, owner, request, again=again)
         if holder is not None:
             return self.AsyncResult(holder)
+        attempts = watch_attempts(options, self.app.conf.task_publish_retry_policy or {})
         try:
             return publish(self, args, kwargs, task_id, *rest, **options)
-        except BaseException:
+        except BaseException as error:
             if not again:
-                backend.release(name, owner, 1)  # nothing was sent
+                _after_failed_publish(self, backend, name, owner, [*attempts, error])
             raise
 
     return apply_async
+
+
+def _after_failed_publish(
+    task: Task, backend: BaseLockBackend, name: str, owner: str, errors: list[BaseException]
+) -> None:
+    # Free the claim of a publish that surely sent nothing; keep, on its lease, that of one
+    # whose message the broker may have queued all the same (see .publish): its run, if it
+    # comes, takes the claim over as any run does.
+    if not may_have_sent(task.app, errors):
+        backend.release(name, owner, 1)  # nothing was sent
+        return
+    logger.warning(
+        "Kept the claim %r of %s until its lease ends: its publish failed, but the broker "
+        "may have queued the message.",
+        name,
+        task.name,
+    )
 
 
 def _hand_on(name: str, task_id: str) -> bool:
