@@ -19,9 +19,7 @@ import logging
 import os
 import re
 import secrets
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Task
@@ -29,6 +27,8 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_received, task_revoked
 
 from ..handler import locks
+from . import children
+from .children import ChildWatch
 from .keys import SingleInstance, claim_name, claim_owner, config_of, message_lock_name
 
 __all__ = [
@@ -45,8 +45,9 @@ __all__ = [
 
 logger = logging.getLogger("django_redis_lock")
 
-#: How long the worker's main process waits for a timed-out child to exit before it frees the
-#: child's lock itself (a child that outlives this keeps, and frees, its lock on its own).
+#: How long the worker's main process waits for a timed-out or terminated child to exit before
+#: it frees the child's lock and claim itself (a child that outlives this keeps, and frees,
+#: its lock on its own).
 CHILD_EXIT_WAIT = 60.0
 
 #: The key of the run id in a worker's request dict, and so the attribute of ``task.request``.
@@ -152,12 +153,14 @@ def _claim_of(
 
 def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) -> None:
     # In the worker's main process: give the delivery its run id (the request dict is sent
-    # to the pool after this signal). When the pool reports that the run's child was killed,
-    # terminated or went past its hard time limit, free the run's lock, as soon as the child
-    # is gone (the pool reports a time limit before it kills the child, and a child may
-    # ignore SIGTERM for a while), and before Celery's own handler publishes a retry when the
-    # child is gone already. Celery versions differ in which signals they send on these
-    # paths; these handlers are called on all of them.
+    # to the pool after this signal). Once a child accepts the run, watch the child: if it
+    # dies with the run (killed, terminated, past its hard time limit), free the run's lock at
+    # once, not when the pool's maintenance next looks. When the pool reports that end, free
+    # the lock and settle the claim as soon as the child is gone (the pool reports a time
+    # limit before it kills the child, and a child may ignore SIGTERM for a while), and
+    # before Celery's own handler publishes a retry when the child is gone already. Celery
+    # versions differ in which signals they send on these paths; these handlers are called on
+    # all of them.
     task = getattr(request, "task", None)
     request_dict = getattr(request, "request_dict", None)
     if task is None or config_of(task) is None or not isinstance(request_dict, dict):
@@ -174,19 +177,33 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
         except Exception:
             logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
 
+    child: list[ChildWatch] = []  # the watch of the run's child, once it accepted the run
+
+    def free_run() -> None:
+        # The child died with the run: free its lock now. Its claim waits for the pool's
+        # report, which tells whether the message goes on.
+        try:
+            release_run(task, run_id, request.args, request.kwargs)
+        except Exception:
+            logger.exception("Could not free the lock of task %s[%s].", task.name, request.id)
+
     def release_once_gone(goes_on: bool) -> None:
-        pid: int | None = request.worker_pid
-        if pid is None or pid == os.getpid():
-            return  # never started, or ran in this process (a non-forking pool)
-        if _process_gone(pid):
-            release(goes_on)
-        else:
-            threading.Thread(
-                target=_release_when_gone,
-                args=(pid, functools.partial(release, goes_on)),
-                name="drl-release",
-                daemon=True,
-            ).start()
+        if child:  # else never started, or ran in this process (a non-forking pool)
+            child[0].then(functools.partial(release, goes_on), CHILD_EXIT_WAIT)
+
+    on_accepted, on_success = request.on_accepted, request.on_success
+
+    def accepted(pid: int, time_accepted: float) -> Any:
+        # Watched from now, while the pool cannot have reaped the child: its pid is its own.
+        if pid != os.getpid():
+            child.append(children.watch(pid, free_run))
+        return on_accepted(pid, time_accepted)
+
+    def succeeded(*args: Any, **kwargs: Any) -> Any:
+        # The body returned or raised: it freed its lock itself.
+        if child:
+            child[0].cancel()
+        return on_success(*args, **kwargs)
 
     on_failure, on_timeout = request.on_failure, request.on_timeout
 
@@ -214,6 +231,8 @@ def _watch_request(sender: object = None, request: Any = None, **kwargs: Any) ->
             release_once_gone(_requeued(task, TimeLimitExceeded(timeout)))
         return on_timeout(soft, timeout)
 
+    request.on_accepted = accepted
+    request.on_success = succeeded
     request.on_failure = failed
     request.on_timeout = timed_out
 
@@ -231,32 +250,6 @@ def _requeued(task: Task, error: BaseException | None) -> bool:
     if isinstance(error, TimeLimitExceeded):
         return not task.acks_on_timeout
     return bool(task.reject_on_worker_lost) and isinstance(error, WorkerLostError)
-
-
-def _release_when_gone(pid: int, release: Callable[[], None]) -> None:
-    deadline = time.monotonic() + CHILD_EXIT_WAIT
-    while not _process_gone(pid):
-        if time.monotonic() > deadline:
-            return  # still alive: its own renewal keeps (and its exit releases) the lock
-        time.sleep(0.02)
-    release()
-
-
-def _process_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # dead, not reaped
-    except FileNotFoundError:
-        return True
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)  # no /proc: ask the kernel
-    except ProcessLookupError:
-        return True
-    except OSError:
-        return False
-    return False
 
 
 def _discarded(

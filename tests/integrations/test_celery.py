@@ -6,7 +6,10 @@ import datetime as dt
 import decimal
 import inspect
 import logging
+import queue
 import re
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
@@ -306,11 +309,18 @@ def test_decorator__celery_checks_the_arguments_when_a_task_is_sent(app: Celery)
 class Request:
     """The part of a Celery worker request that the worker-side hook uses."""
 
-    def __init__(self, task: Any, worker_pid: int | None) -> None:
-        self.task, self.worker_pid, self.id = task, worker_pid, "req-1"
+    def __init__(self, task: Any) -> None:
+        self.task, self.worker_pid, self.id = task, None, "req-1"
         self.args, self.kwargs = (), {}
         self.request_dict: dict[str, Any] = {"id": self.id}
         self.calls: list[str] = []
+
+    def on_accepted(self, pid: int, time_accepted: float) -> None:
+        self.worker_pid = pid
+        self.calls.append("on_accepted")
+
+    def on_success(self, failed__retval__runtime: object, **kwargs: Any) -> None:
+        self.calls.append("on_success")
 
     def on_failure(
         self, exc_info: object, send_failed_event: bool = True, return_ok: bool = False
@@ -331,20 +341,23 @@ def test_worker_hook__ordinary_failures_and_soft_limits_free_nothing(
     def hooked() -> None:
         pass
 
-    freed: list[str] = []
-    monkeypatch.setattr(
-        integration, "release_run", lambda task, run_id, a, k: freed.append(run_id)
-    )
-    request = Request(hooked, 2**22 + 12345)  # a child that is gone: no such process
+    freed: queue.Queue[str] = queue.Queue()
+    monkeypatch.setattr(integration, "release_run", lambda task, run_id, a, k: freed.put(run_id))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    request = Request(hooked)
     integration._watch_request(request=request)
     run_id = request.request_dict[integration.RUN_ID_FIELD]
+    request.on_accepted(child.pid, time.monotonic())  # the child runs it
     request.on_failure(object(), return_ok=True)  # the body raised: reported via on_success
     request.on_timeout(True, 1.0)  # a soft time limit: the body gets an exception
-    assert freed == []
+    assert freed.empty()
+    child.kill()
+    child.wait()
+    assert freed.get(timeout=10) == run_id, "freed when the child died"
     request.on_failure(object())  # the pool's error callback: the child is gone
     request.on_timeout(False, 1.0)  # a hard time limit
-    assert freed == [run_id, run_id]
-    assert request.calls == ["on_failure", "on_timeout", "on_failure", "on_timeout"]
+    assert [freed.get_nowait(), freed.get_nowait()] == [run_id, run_id]
+    assert request.calls == ["on_accepted", "on_failure", "on_timeout", "on_failure", "on_timeout"]
 
 
 def test_worker_hook__gives_each_delivery_a_run_id_of_its_own(app: Celery) -> None:
@@ -355,7 +368,7 @@ def test_worker_hook__gives_each_delivery_a_run_id_of_its_own(app: Celery) -> No
     def delivered() -> None:
         pass
 
-    first, second = Request(delivered, None), Request(delivered, None)
+    first, second = Request(delivered), Request(delivered)
     second.request_dict[integration.RUN_ID_FIELD] = "0" * 32  # came with the message
     for request in (first, second):
         integration._watch_request(request=request)
