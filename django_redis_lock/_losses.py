@@ -45,10 +45,17 @@ class LossReports(LockArguments):
             lease = hold.lease
             if lease is not None:
                 renewer.remove(lease)  # a lost lease is never renewed again
+            if lease is None or lease.orphaned is None or not lease.orphaned():
+                self._lost[hold.owner] = hold
+            else:
+                # Nobody is left to release it. Nor to ask about it, unless the owner is a
+                # token of the caller's own: the record of a thread's or task's would only
+                # grow with each one that ends so.
                 key = (hold.backend, self.name, hold.owner)
-                if lease.orphaned is not None and lease.orphaned() and held.get(key) is hold:
-                    del held[key]  # nobody is left to release it
-            self._lost[hold.owner] = hold
+                if held.get(key) is hold:
+                    del held[key]
+                if self.owner is not None:
+                    self._lost[hold.owner] = hold
             hold.report_lost(reason)
 
         return lost

@@ -84,6 +84,7 @@ def test_renewal__a_thread_that_ends_holding_the_lock_loses_it_and_frees_it(
     assert f"Lock {handle.name!r} was lost by owner {taken[0]}" in caplog.text
     assert len(renewer) == baseline, "the orphaned lease must leave the renewal registry"
     assert (backend, handle.name, taken[0]) not in held, "nobody is left to release it"
+    assert taken[0] not in handle._lost, "nor to ask about it: no record kept per ended thread"
 
 
 def test_renewal__a_token_of_ones_own_outlives_the_thread_that_took_it(using: str) -> None:
