@@ -49,7 +49,7 @@ from ._redis.protocol import (
     send_together,
 )
 from ._redis.renew import PipelinedRenewal
-from ._redis.replicas import replicated, unreplicated
+from ._redis.replicas import replica_problems, replicated, unreplicated
 from ._redis.scripts import Scripts
 from .base import (
     AcquireAllResult,
@@ -159,12 +159,7 @@ class RedisBackend(PipelinedRenewal):
         urls = [options["url"]] if "url" in options else []
         found += url_problems(urls, cls.url_schemes, options, where=where)
         problems = sentinel_problems(options.get("sentinels"), options.get("service_name"))
-        replicas = options.get("wait_replicas", 0)
-        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
-            problems.append(
-                f"wait_replicas must be a whole number of replicas (0: do not wait), got "
-                f"{replicas!r}."
-            )
+        problems += replica_problems(options.get("wait_replicas", 0))
         return found + [cls.own_problem(where, problem) for problem in problems]
 
     def _connect(self, url: str, options: dict[str, Any]) -> Any:

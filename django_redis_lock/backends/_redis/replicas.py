@@ -10,7 +10,16 @@ from redis.exceptions import NoScriptError
 from ...exceptions import BackendUnavailableError
 from .scripts import Scripts
 
-__all__ = ["replicated", "unreplicated"]
+__all__ = ["replica_problems", "replicated", "unreplicated"]
+
+
+def replica_problems(replicas: object) -> list[str]:
+    """Return what is wrong with a ``wait_replicas`` option (check E014), if anything."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        return [
+            f"wait_replicas must be a whole number of replicas (0: do not wait), got {replicas!r}."
+        ]
+    return []
 
 
 def replicated(
