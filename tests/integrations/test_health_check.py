@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +17,10 @@ from health_check.base import HealthCheck, HealthCheckResult
 from health_check.exceptions import ServiceUnavailable
 from health_check.views import HealthCheckView
 
-from django_redis_lock import lock
+from django_redis_lock import LockError, lock
 from django_redis_lock.contrib.health_check import LockBackend, LockRenewal
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import eventually
+from tests.support.helpers import eventually, python_without_settings
 
 pytestmark = pytest.mark.slow
 
@@ -210,3 +212,88 @@ def test_renewal__fails_while_a_renewal_waits_for_a_frozen_server(primary: Redis
 
 def test_renewal__passes_with_no_lease_held() -> None:
     assert result_of(LockRenewal()).error is None
+
+
+def test_renewal__a_lease_lost_to_a_frozen_server_fails_until_the_server_answers(
+    primary: RedisServer,
+) -> None:
+    # Once the lease has ended, no lease is held: the server is still frozen all the same.
+    check = LockRenewal(margin=datetime.timedelta(seconds=0.5))
+    lost = threading.Event()
+    held = lock(
+        "health:lost", using="primary", ttl=3, auto_renew=True, on_lost=lambda _: lost.set()
+    )
+    held.acquire()
+    try:
+        assert result_of(check).error is None
+        primary.pause()
+        try:
+            assert lost.wait(10), "the lease was never reported lost"
+            failed = [result_of(check).error, result_of(check).error]
+        finally:
+            primary.resume()
+        eventually(lambda: result_of(check).error is None, timeout=SOCKET_TIMEOUT + 2)
+    finally:
+        with contextlib.suppress(LockError):
+            held.release()
+
+    assert [isinstance(error, ServiceUnavailable) for error in failed] == [True, True]
+    assert str(failed[0]).startswith(
+        "Unavailable: LOCKS alias 'primary' has not answered since a lease on it was lost "
+    )
+
+
+def test_renewal__a_loss_on_a_server_that_locks_no_longer_uses_is_forgotten(
+    own_server: RedisServer, prefix: str
+) -> None:
+    check = LockRenewal()
+    with override_settings(LOCKS={"default": redis_alias(own_server.url, prefix)}):
+        held = lock("health:taken", ttl=30)
+        for answers in (True, False):
+            held.acquire()
+            held.backend.force_release("health:taken")
+            with pytest.raises(LockError):
+                held.release()  # the loss is reported here
+            if not answers:
+                own_server.stop()
+            assert (result_of(check).error is None) is answers
+
+    # LOCKS is the suite's again: the stopped server is nobody's backend any more.
+    assert result_of(check).error is None
+
+
+# Listed in INSTALLED_APPS ----------------------------------------------------------------
+
+
+LABELS = {
+    "django_redis_lock": "django_redis_lock",
+    "health_check": "health_check",
+    "django_redis_lock.contrib.health_check": "django_redis_lock_health_check",
+    "django_redis_lock.contrib.prometheus": "django_redis_lock_prometheus",
+}
+
+
+@pytest.mark.parametrize(
+    "apps",
+    [
+        ["health_check", "django_redis_lock.contrib.health_check"],
+        ["django_redis_lock.contrib.health_check", "health_check"],
+        ["health_check", "django_redis_lock.contrib.prometheus"],
+        ["django_redis_lock.contrib.prometheus", "django_redis_lock.contrib.health_check"],
+    ],
+    ids=["after-health_check", "before-health_check", "prometheus", "both"],
+)
+def test_app__listed_in_installed_apps_starts_with_a_label_of_its_own(apps: list[str]) -> None:
+    done = python_without_settings(
+        "import django\n"
+        "from django.apps import apps\n"
+        "from django.conf import settings\n"
+        f"settings.configure(INSTALLED_APPS=['django_redis_lock', *{apps!r}])\n"
+        "django.setup()\n"
+        "for config in apps.get_app_configs():\n"
+        "    print(config.name, config.label)\n"
+    )
+
+    assert done.returncode == 0, done.stderr
+    labels = dict(line.split() for line in done.stdout.splitlines())
+    assert labels == {name: LABELS[name] for name in ["django_redis_lock", *apps]}
