@@ -12,6 +12,7 @@ import dataclasses
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
@@ -67,6 +68,7 @@ class Quorum:
         self._outstanding: list[int] = []
         self._pool_pid = 0
         self._lock = threading.Lock()
+        _quorums.add(self)
 
     def _executors(self) -> list[ThreadPoolExecutor]:
         pools = self._pools
@@ -264,3 +266,17 @@ class Quorum:
         if pools is not None and self._pool_pid == os.getpid():
             for pool in pools:
                 pool.shutdown(wait=False)
+
+
+#: Every Quorum of this process, so that a forked child can renew their locks.
+_quorums: weakref.WeakSet[Quorum] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    # A thread of the parent (one of a master's) may have held the lock as it forked: in the
+    # child, nobody would ever release it.
+    for quorum in list(_quorums):
+        quorum._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

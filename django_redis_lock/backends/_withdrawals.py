@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -96,6 +97,7 @@ class Withdrawals:
         self._lock = threading.Lock()
         self._lanes: list[_Lane] = []
         self._pid = 0
+        _all.add(self)
 
     def failed(self, try_: Try, outcomes: Sequence[AcquireResult | Failed]) -> None:
         """Withdraw ``try_``, which failed, on each master that took it or did not answer.
@@ -194,3 +196,18 @@ class Withdrawals:
             for owed in lane.owed.values():
                 ttl = owed.try_.ttl
                 owed.ends = min(owed.ends, now + ttl + self.masters.drift(ttl))
+
+
+#: Every Withdrawals of this process, so that a forked child can renew their locks.
+_all: weakref.WeakSet[Withdrawals] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    # A lane of the parent may have held the lock as it forked: in the child, nobody would
+    # ever release it. The lanes are the parent's too (owe() builds the child's own).
+    for withdrawals in list(_all):
+        withdrawals._lock = threading.Lock()
+        withdrawals._lanes, withdrawals._pid = [], 0
+
+
+os.register_at_fork(after_in_child=_forget_in_child)

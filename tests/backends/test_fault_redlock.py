@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -126,3 +129,54 @@ def test_two_masters_frozen__failed_acquires_are_withdrawn_when_they_resume(
     waited = time.monotonic() - resumed
     other.release()
     assert waited < 1.5
+
+
+def test_fork_while_a_lane_holds_its_lock__the_child_still_withdraws(
+    masters: list[RedisServer], quick_redlock: RedlockBackend
+) -> None:
+    # A worker's main process forks children while its Redlock threads run; a child forked
+    # while a withdrawal lane (or a master's thread) held a lock must not inherit it held.
+    name = "fault:fork"
+    masters[1].pause()
+    masters[2].pause()
+    try:
+        with pytest.raises(BackendUnavailableError):
+            lock(name, ttl=10).acquire(blocking=False)  # the parent's lanes now run
+        taken, done = threading.Event(), threading.Event()
+
+        def hold(inner: threading.Lock) -> None:
+            with inner:  # as a lane or a master's thread holds it, briefly, at any moment
+                taken.set()
+                done.wait(10)
+
+        holders_ = [
+            threading.Thread(target=hold, args=(inner,))
+            for inner in (quick_redlock._withdrawals._lock, quick_redlock._masters._lock)
+        ]
+        for thread in holders_:
+            taken.clear()
+            thread.start()
+            assert taken.wait(5)
+        pid = os.fork()
+        if pid == 0:  # the child: a failed try must return, and owe its withdrawals
+            code = 1
+            try:
+                lock(name, ttl=10, owner="child").acquire(blocking=False)
+            except BackendUnavailableError:
+                code = 0
+            finally:
+                os._exit(code)
+        done.set()
+        for thread in holders_:
+            thread.join()
+        deadline = time.monotonic() + 10
+        while (status := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung on a lock its parent's thread held")
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(status[1]) == 0
+    finally:
+        masters[1].resume()
+        masters[2].resume()
