@@ -50,9 +50,10 @@ class ChildWatch:
     def then(self, on_death: Callable[[], None], within: float) -> None:
         """Call ``on_death`` instead when the child dies (now if it has), for ``within`` s."""
         with _watcher.mutex:
-            if not self.dead:
+            dead = self.dead  # else the watcher's thread calls it: never both
+            if not dead:
                 self._on_death, self._until = on_death, time.monotonic() + within
-        if self.dead:
+        if dead:
             on_death()
         else:
             _watcher.wake()
@@ -131,28 +132,36 @@ class _Watcher:
 
     def _run(self, woken: int) -> None:
         while True:
-            with self.mutex:
-                # A pidfd is closed here only, never while this thread polls it.
-                for ended in [child for child in self._watches if child._on_death is None]:
-                    self._watches.discard(ended)
-                    if ended._fd is not None:
-                        os.close(ended._fd)
-                watches = list(self._watches)
-            poller = select.poll()
-            poller.register(woken, select.POLLIN)
-            for child in watches:
-                if child._fd is not None:
-                    poller.register(child._fd, select.POLLIN)
-            ready = {fd for fd, _ in poller.poll(_timeout_ms(watches))}
-            if woken in ready:
-                while _drained(woken):
-                    pass
-            now = time.monotonic()
-            for child in watches:
-                if child._gone(ready):
-                    child._die()
-                elif now >= child._until:
-                    child.cancel()
+            try:
+                self._look(woken)
+            except Exception:  # the thread must outlive any one failure: nothing else watches
+                logger.exception("Watching the pool's children failed; watching again.")
+                time.sleep(POLL_INTERVAL)
+
+    def _look(self, woken: int) -> None:
+        # Wait until a child dies, a watch gives up, or the pipe wakes the thread; act on it.
+        with self.mutex:
+            # A pidfd is closed here only, never while this thread polls it.
+            for ended in [child for child in self._watches if child._on_death is None]:
+                self._watches.discard(ended)
+                if ended._fd is not None:
+                    os.close(ended._fd)
+            watches = list(self._watches)
+        poller = select.poll()
+        poller.register(woken, select.POLLIN)
+        for child in watches:
+            if child._fd is not None:
+                poller.register(child._fd, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(_timeout_ms(watches))}
+        if woken in ready:
+            while _drained(woken):
+                pass
+        now = time.monotonic()
+        for child in watches:
+            if child._gone(ready):
+                child._die()
+            elif now >= child._until:
+                child.cancel()
 
 
 _watcher = _Watcher()
