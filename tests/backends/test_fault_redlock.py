@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -157,7 +158,9 @@ def test_fork_while_a_lane_holds_its_lock__the_child_still_withdraws(
             taken.clear()
             thread.start()
             assert taken.wait(5)
-        pid = os.fork()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads running
+            pid = os.fork()
         if pid == 0:  # the child: a failed try must return, and owe its withdrawals
             code = 1
             try:
