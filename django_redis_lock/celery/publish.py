@@ -5,7 +5,9 @@ message answers nothing; the client gives up when its socket times out, and the 
 the message when it runs again. So an ``enqueue`` claim is freed after a failed publish only
 when every attempt of it failed in a way that proves nothing was written:
 
-- the connection was refused, or the broker's host name did not resolve: no byte was sent;
+- the connection was refused, the broker's host name did not resolve, or the connection
+  never opened (a timeout or an unreachable host while connecting, as redis-py words it): no
+  byte was sent;
 - the error is not about the broker at all (a message that does not serialize, a queue that
   is not declared), raised before anything is written.
 
@@ -16,6 +18,7 @@ claim held.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -28,6 +31,10 @@ __all__ = ["may_have_sent", "watch_attempts"]
 
 #: Errors of a connection that never opened: nothing went to the broker.
 NOTHING_SENT = (ConnectionRefusedError, socket.gaierror)
+
+#: How redis-py (and kombu, quoting it) words an error of its connect(), before any write.
+#: A connect that timed out says so alone: the type is the one a read timeout has.
+CONNECT_PHASE = re.compile(r"(Timeout connecting to server|Error \d+ connecting to )")
 
 #: Errors that may interrupt a publish anywhere, after its message was written too.
 INTERRUPTIONS = (SoftTimeLimitExceeded, TimeLimitExceeded)
@@ -67,6 +74,8 @@ def _may_have_sent(error: BaseException, broker_errors: tuple[type[BaseException
         return True
     links = list(_causes(error))
     for link in links:
+        if CONNECT_PHASE.match(str(link)):
+            return False  # the connection never opened, so nothing went through it
         # The socket's own error, under the client's and kombu's, says what the socket did.
         if isinstance(link, OSError):
             return not isinstance(link, NOTHING_SENT)

@@ -7,6 +7,7 @@ the session's server, which answers throughout. No worker: the tests read the br
 from __future__ import annotations
 
 import json
+import socket
 from typing import Any
 
 import pytest
@@ -92,3 +93,26 @@ def test_a_publish_that_sent_nothing__frees_its_claim(
     with pytest.raises(error):
         sync.apply_async((2, payload), task_id="refused")
     assert claim_of(2) == []
+
+
+def test_a_publish_whose_connection_timed_out_opening__frees_its_claim() -> None:
+    # A listener whose backlog is full drops new SYNs, as an unreachable host does: the
+    # client's connect() times out, and nothing was written.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        queued = []
+        for _ in range(4):  # fill the backlog; the next connect cannot complete
+            client = socket.socket()
+            client.setblocking(False)
+            client.connect_ex(("127.0.0.1", port))
+            queued.append(client)
+        try:
+            sync = sending_task(f"redis://127.0.0.1:{port}/0")
+            with pytest.raises(OperationalError, match="connecting"):
+                sync.apply_async((3,), task_id="unreachable")
+        finally:
+            for client in queued:
+                client.close()
+    assert claim_of(3) == []
