@@ -12,7 +12,7 @@ import logging
 import time
 
 from ._losses import LossReports
-from ._observe import UNWATCHED, Unwatched, Watch, observers
+from ._observe import UNWATCHED, Loss, LossReason, Unwatched, Watch, observers
 from ._steps import Step, Steps, WaitThenClaim, Withdraw
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
@@ -212,7 +212,7 @@ class LockHandle(LossReports):
         )
 
     def _lost_nested(self, hold: Hold) -> LockLostError:
-        self._lost_by(hold)("its lease ended before a nested acquire")
+        self._lost_by(hold)(Loss(LossReason.ENDED, "its lease ended before a nested acquire"))
         return LockLostError(hold.lost_message(), lock_name=self.name)
 
     def _undo_acquire(self, backend: BaseLockBackend, owner: str, before: int) -> None:
@@ -311,7 +311,7 @@ class LockHandle(LossReports):
             held.pop((hold.backend, self.name, owner), None)
         if left is None:
             if hold is not None:
-                self._lost_by(hold)("its lease ended before release")
+                self._lost_by(hold)(Loss(LossReason.ENDED, "its lease ended before release"))
             raise self._not_owned("release")
         if hold is not None:
             hold.count = left
@@ -352,7 +352,7 @@ class LockHandle(LossReports):
     def _checked(self, hold: Hold, live: bool) -> None:
         """Finish ``check()``: ``live`` is false when the backend knew no lease of the owner."""
         if not live:
-            self._lost_by(hold)("its lease ended")
+            self._lost_by(hold)(Loss(LossReason.ENDED, "its lease ended"))
         if hold.lost_reason is not None:
             raise LockLostError(hold.lost_message(), lock_name=self.name)
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 
 from ._arguments import LockArguments
+from ._observe import Loss
 from .holds import Hold, held
 from .renewal import renewer
 
@@ -22,7 +23,7 @@ logger = logging.getLogger("django_redis_lock")
 class LossReports(LockArguments):
     """The loss reporting of a lock handle; subclasses say how their holders can be orphaned."""
 
-    def _orphan_check(self) -> Callable[[], str | None] | None:
+    def _orphan_check(self) -> Callable[[], Loss | None] | None:
         """Return how the renewal thread learns that the holder can no longer release."""
         return None
 
@@ -38,10 +39,10 @@ class LossReports(LockArguments):
         except Exception:
             logger.exception("The on_lost callback of lock %r failed.", self.name)
 
-    def _lost_by(self, hold: Hold) -> Callable[[str], None]:
+    def _lost_by(self, hold: Hold) -> Callable[[Loss], None]:
         """Return what records ``hold`` as lost, for a reason given (from any thread)."""
 
-        def lost(reason: str) -> None:
+        def lost(loss: Loss) -> None:
             lease = hold.lease
             if lease is not None:
                 renewer.remove(lease)  # a lost lease is never renewed again
@@ -56,6 +57,6 @@ class LossReports(LockArguments):
                     del held[key]
                 if self.owner is not None:
                     self._lost[hold.owner] = hold
-            hold.report_lost(reason)
+            hold.report_lost(loss)
 
         return lost

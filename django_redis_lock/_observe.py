@@ -10,37 +10,46 @@ Observers must be cheap and must not raise: they run on the lock's own path.
 
 from __future__ import annotations
 
+import enum
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import BaseLockBackend
 
 __all__ = [
-    "LOSS_REASONS",
     "UNWATCHED",
+    "Loss",
+    "LossReason",
     "Observer",
     "Unwatched",
     "Watch",
-    "loss_reason",
     "notify",
     "observers",
 ]
 
-#: Why a hold was lost, as a short code (a metric label): what each loss sentence starts with.
-LOSS_REASONS = (
-    ("it reached its max_hold", "max_hold"),
-    ("its lease ended while renewal failed", "renewal_failed"),
-    ("its lease ended, or another owner took the lock", "renewal_refused"),
-    ("its lease ended", "ended"),
-)
+
+class LossReason(enum.Enum):
+    """Why a hold was lost; the value is the label metrics give it."""
+
+    #: Renewal stopped at the hold's ``max_hold``, and the lease then ended.
+    MAX_HOLD = "max_hold"
+    #: The lease ended while the server did not answer renewal.
+    RENEWAL_FAILED = "renewal_failed"
+    #: The server answered renewal that the lease was gone (it ended, or another owner took it).
+    RENEWAL_REFUSED = "renewal_refused"
+    #: A release or a nested acquire found the lease ended.
+    ENDED = "ended"
+    #: The thread, task or event loop holding it ended without releasing it.
+    OWNER_ENDED = "owner_ended"
 
 
-def loss_reason(sentence: str) -> str:
-    """Return the short code of a loss ``sentence`` (``"other"`` if it is none known)."""
-    for start, code in LOSS_REASONS:
-        if sentence.startswith(start):
-            return code
-    return "other"
+@dataclass(frozen=True)
+class Loss:
+    """A lost hold: why, for metrics, and the sentence that tells people (logs, signals)."""
+
+    reason: LossReason
+    sentence: str
 
 
 class Observer:
@@ -60,8 +69,8 @@ class Observer:
     def released(self, using: str, name: str, held_for: float) -> None:
         """An owner dropped its last hold, ``held_for`` seconds after it acquired."""
 
-    def lost(self, using: str, name: str, held_for: float, reason: str) -> None:
-        """A hold was lost; ``reason`` is a code of :data:`LOSS_REASONS` (or ``other``)."""
+    def lost(self, using: str, name: str, held_for: float, reason: LossReason) -> None:
+        """A hold was lost, for ``reason``."""
 
     def renewed(self, backend: BaseLockBackend, leases: int, seconds: float, ok: bool) -> None:
         """A renewal round trip for ``leases`` leases took ``seconds`` (``ok``: it answered)."""

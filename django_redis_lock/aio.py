@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ._handle import LockHandle, Step, Withdraw
+from ._observe import Loss, LossReason
 from ._tasks import keep_until_done
 from ._validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
@@ -212,15 +213,17 @@ class AsyncLock(LockHandle):
 
     # Renewal and loss, seen from the event loop ------------------------------------------------
 
-    def _orphan_check(self) -> Callable[[], str | None]:
+    def _orphan_check(self) -> Callable[[], Loss | None]:
         loop, task = asyncio.get_running_loop(), asyncio.current_task()
         by_task = self.owner is None
 
-        def orphaned() -> str | None:
+        def orphaned() -> Loss | None:
             if loop.is_closed():
-                return "its event loop closed while holding it"
+                return Loss(LossReason.OWNER_ENDED, "its event loop closed while holding it")
             if by_task and task is not None and task.done():
-                return "the task holding it ended without releasing it"
+                return Loss(
+                    LossReason.OWNER_ENDED, "the task holding it ended without releasing it"
+                )
             return None
 
         return orphaned

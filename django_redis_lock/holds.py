@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.dispatch import Signal
 
-from ._observe import loss_reason, notify, observers
+from ._observe import Loss, notify, observers
 from ._tasks import keep_until_done
 from .renewal import Lease
 from .signals import lock_acquired, lock_lost, lock_released
@@ -94,11 +94,11 @@ class Hold:
             if lock_released.receivers:
                 self._send(lock_released, held_for=held_for)
 
-    def report_lost(self, reason: str) -> None:
+    def report_lost(self, loss: Loss) -> None:
         """Mark the hold lost and say so loudly, once: log, signal, ``on_lost`` callback."""
         if self.lost_reason is not None:
             return
-        self.lost_reason = reason
+        self.lost_reason = reason = loss.sentence
         lock = self.lock
         held_for = time.monotonic() - self.acquired_at
         logger.warning(
@@ -109,7 +109,7 @@ class Hold:
             reason,
         )
         if observers:
-            notify("lost", lock.using, lock.name, held_for, loss_reason(reason))
+            notify("lost", lock.using, lock.name, held_for, loss.reason)
         self._send(lock_lost, held_for=held_for, reason=reason)
         if self.on_lost is not None:
             self.on_lost()

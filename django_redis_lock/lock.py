@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ._handle import LockHandle, Step, WaitThenClaim
+from ._observe import Loss, LossReason
 from ._validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import LockArgumentTypeError, LockError, LockNotOwnedError
@@ -64,15 +65,15 @@ class Lock(LockHandle):
     def _where(self) -> str:
         return threading.current_thread().name
 
-    def _orphan_check(self) -> Callable[[], str | None] | None:
+    def _orphan_check(self) -> Callable[[], Loss | None] | None:
         if self.owner is not None:
             return None  # a token of the caller's own outlives the thread that took it
         thread = threading.current_thread()
 
-        def orphaned() -> str | None:
+        def orphaned() -> Loss | None:
             if thread.is_alive():
                 return None
-            return "the thread holding it ended without releasing it"
+            return Loss(LossReason.OWNER_ENDED, "the thread holding it ended without releasing it")
 
         return orphaned
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._observe import notify, observers
+from ._observe import Loss, LossReason, notify, observers
 from .backends.base import BaseLockBackend
 from .exceptions import LockError
 
@@ -55,11 +55,11 @@ class Lease:
     owner: str
     ttl: float
     ends: float
-    on_lost: Callable[[str], None]
+    on_lost: Callable[[Loss], None]
     stop_at: float | None = None
     #: Return why nobody can release the lock any more (its holder's thread ended, say), or
     #: None: an orphaned lease is no longer renewed, but released here and reported lost.
-    orphaned: Callable[[], str | None] | None = None
+    orphaned: Callable[[], Loss | None] | None = None
     #: The ``min_hold`` of the handle, which the release of an orphaned lease keeps too.
     min_hold: float = 0.0
     due: float = field(init=False)
@@ -255,13 +255,14 @@ class Renewer:
     def _renew(self, backend: BaseLockBackend, leases: list[Lease]) -> None:
         leases = [lease for lease in leases if not self._orphaned(lease)]
         sent = time.monotonic()
-        lost: list[tuple[Lease, str]] = []
+        lost: list[tuple[Lease, Loss]] = []
         for lease in leases:
             if lease.renewing and lease.stop_at is not None and sent >= lease.stop_at:
                 lease.renewing = False
                 lease.due = lease.ends
             elif not lease.renewing and sent >= lease.ends:
-                lost.append((lease, "it reached its max_hold, and its lease was not renewed"))
+                sentence = "it reached its max_hold, and its lease was not renewed"
+                lost.append((lease, Loss(LossReason.MAX_HOLD, sentence)))
         renewed = [lease for lease in leases if lease.renewing]
         try:
             remaining = backend.renew([(x.name, x.owner, x.ttl) for x in renewed])
@@ -273,17 +274,17 @@ class Renewer:
             if observers and renewed:
                 notify("renewed", backend, len(renewed), time.monotonic() - sent, True)
             lost += self._renewed(renewed, remaining, sent)
-        for lease, reason in lost:
+        for lease, loss in lost:
             with self._cond:
                 if not lease.active:
                     continue  # released meanwhile: not a loss
                 lease.active = False
                 self._leases.discard(lease)
-            lease.on_lost(reason)
+            lease.on_lost(loss)
 
     def _orphaned(self, lease: Lease) -> bool:
-        reason = None if lease.orphaned is None else lease.orphaned()
-        if reason is None:
+        loss = None if lease.orphaned is None else lease.orphaned()
+        if loss is None:
             return False
         with self._cond:
             if not lease.active:
@@ -303,22 +304,23 @@ class Renewer:
             "Stopped renewing lock %r of owner %s: %s. %s.",
             lease.name,
             lease.owner,
-            reason,
+            loss.sentence,
             freed,
         )
-        lease.on_lost(reason)
+        lease.on_lost(loss)
         return True
 
     def _renewed(
         self, leases: list[Lease], remaining: Sequence[float | LockError | None], sent: float
-    ) -> list[tuple[Lease, str]]:
+    ) -> list[tuple[Lease, Loss]]:
         lost = []
         unknown: dict[LockError, list[Lease]] = {}
         for lease, left in zip(leases, remaining, strict=True):
             if isinstance(left, LockError):
                 unknown.setdefault(left, []).append(lease)  # retried, as a failed batch is
             elif left is None:
-                lost.append((lease, "its lease ended, or another owner took the lock"))
+                sentence = "its lease ended, or another owner took the lock"
+                lost.append((lease, Loss(LossReason.RENEWAL_REFUSED, sentence)))
             else:
                 lease.ends = sent + left
                 lease.due = sent + lease.ttl / 3
@@ -326,13 +328,14 @@ class Renewer:
             lost += self._failed(failed, exc)
         return lost
 
-    def _failed(self, leases: list[Lease], exc: LockError) -> list[tuple[Lease, str]]:
+    def _failed(self, leases: list[Lease], exc: LockError) -> list[tuple[Lease, Loss]]:
         now = time.monotonic()
         logger.warning("Could not renew %d lease(s): %s", len(leases), exc)
         lost = []
         for lease in leases:
             if now >= lease.ends:
-                lost.append((lease, f"its lease ended while renewal failed: {exc}"))
+                sentence = f"its lease ended while renewal failed: {exc}"
+                lost.append((lease, Loss(LossReason.RENEWAL_FAILED, sentence)))
             else:
                 lease.due = now + min(RETRY_AFTER_FAILURE, (lease.ends - now) / 3)
         return lost

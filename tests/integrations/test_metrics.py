@@ -14,7 +14,7 @@ from django.test import override_settings
 from prometheus_client import REGISTRY, generate_latest
 
 from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks
-from django_redis_lock._observe import LOSS_REASONS, loss_reason, observers
+from django_redis_lock._observe import LossReason, observers
 from django_redis_lock.contrib.prometheus import LockMetrics, disable, enable
 from django_redis_lock.contrib.prometheus.families import default_family, family_of
 from tests.support.helpers import eventually, python_without_settings
@@ -201,12 +201,24 @@ def test_family_setting__a_dotted_path_replaces_the_rule(metrics: LockMetrics) -
     assert family_of("a:b:xyz123") == "a"
 
 
-def test_loss_reason__every_sentence_of_the_package_has_a_code() -> None:
-    assert loss_reason("it reached its max_hold, and its lease was not renewed") == "max_hold"
-    assert loss_reason("its lease ended while renewal failed: timeout") == "renewal_failed"
-    assert loss_reason("its lease ended before a nested acquire") == "ended"
-    assert loss_reason("something new") == "other"
-    assert len({code for _, code in LOSS_REASONS}) == len(LOSS_REASONS)
+def test_lost__a_thread_that_ended_holding_it_is_counted_as_owner_ended(
+    metrics: LockMetrics, using: str, family: str
+) -> None:
+    lost = {"alias": using, "family": family, "reason": "owner_ended"}
+
+    def take_and_end() -> None:
+        assert lock(f"{family}:orphan", using=using, ttl=0.3, auto_renew=True).acquire()
+
+    thread = threading.Thread(target=take_and_end)
+    thread.start()
+    thread.join()
+    eventually(lambda: value("django_redis_lock_lost_leases_total", **lost) == 1)
+
+
+def test_loss_reasons__each_has_a_label_of_its_own() -> None:
+    labels = [reason.value for reason in LossReason]
+    assert len(set(labels)) == len(labels)
+    assert all(label.isidentifier() and label.islower() for label in labels)
 
 
 def test_app__installing_it_enables_the_metrics() -> None:

@@ -37,7 +37,7 @@ except ImportError as exc:
         extra="prometheus",
     ) from exc
 
-from ..._observe import Observer, observers
+from ..._observe import LossReason, Observer, observers
 from ...backends.base import BaseLockBackend
 from ...holds import held
 from .families import default_family, family_of
@@ -125,8 +125,8 @@ class LockMetrics(Observer):
     def waiting(self, using: str, name: str, change: int) -> None:
         self.waiters.labels(using, family_of(name)).inc(change)
 
-    def lost(self, using: str, name: str, held_for: float, reason: str) -> None:
-        self.lost_leases.labels(using, family_of(name), reason).inc()
+    def lost(self, using: str, name: str, held_for: float, reason: LossReason) -> None:
+        self.lost_leases.labels(using, family_of(name), reason.value).inc()
 
     def renewed(self, backend: BaseLockBackend, leases: int, seconds: float, ok: bool) -> None:
         alias = alias_of(backend)
