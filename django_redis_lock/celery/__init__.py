@@ -44,7 +44,7 @@ from .._single_instance import configure, refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
 from ..lock import Lock
-from .enqueue import take_over_claim
+from .enqueue import SingleInstanceTask, take_over_claim
 from .keys import (
     MAX_READABLE_NAME,
     QUEUE,
@@ -69,6 +69,7 @@ __all__ = [
     "CHILD_EXIT_WAIT",
     "MAX_READABLE_NAME",
     "SingleInstance",
+    "SingleInstanceTask",
     "config_of",
     "release_claim",
     "release_run",
@@ -114,9 +115,10 @@ def single_instance(
     ``max_retries``) or ``"wait"`` (up to ``timeout`` seconds, then as ``then`` says).
     ``ttl`` is the lease, renewed while the body runs.
 
-    ``enqueue`` refuses duplicates when they are sent: with ``"skip"`` or ``"raise"``,
-    ``delay()`` and ``apply_async()`` of a run whose key is queued or running send nothing
-    and return the :class:`~celery.result.AsyncResult` of that one, or raise
+    ``enqueue`` refuses duplicates when they are sent, by a task whose class is
+    :class:`SingleInstanceTask` (``@shared_task(base=SingleInstanceTask)``): with ``"skip"``
+    or ``"raise"``, ``delay()`` and ``apply_async()`` of a run whose key is queued or running
+    send nothing and return the :class:`~celery.result.AsyncResult` of that one, or raise
     :class:`~django_redis_lock.DuplicateTaskError`. A message never run holds its claim for
     at most ``enqueue_ttl`` seconds (plus its countdown).
 

@@ -16,16 +16,20 @@ publishes its message. A send that finds the claim held publishes nothing: it re
 - after a publish that raised but may have sent its message (see :mod:`.publish`), until
   its lease ends or the run takes it over.
 
-Sends are seen by wrapping :meth:`celery.app.task.Task.apply_async` once, when this package's
-Celery integration is imported; tasks without ``enqueue=`` pass straight through. ``send_task``
-by name, which never looks at the task's code, is not covered, nor is eager mode (where the
-run itself is the send).
+Sends are seen by the task's class, Celery's own seam for a task's behaviour: a task whose
+class derives from :class:`SingleInstanceTask` (``@shared_task(base=SingleInstanceTask)``, or
+an app's ``task_cls``) claims in its ``apply_async``. Celery's :class:`~celery.app.task.Task`
+and every other task are left as they are. ``@single_instance`` cannot do it alone: it sits
+under ``@shared_task``/``@app.task`` and never sees the task object Celery makes of its
+function, which Celery makes at moments no hook covers (when its app is finalized, when a
+lazy ``@app.task`` is first used, at once on an app finalized already). ``send_task`` by name,
+which never looks at the task's code, is not covered, nor is eager mode (where the run itself
+is the send).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -55,7 +59,7 @@ from .keys import (
 from .publish import may_have_sent, watch_attempts
 from .worker import keep_claim, release_claim, resending, run_id_of
 
-__all__ = ["take_over_claim"]
+__all__ = ["SingleInstanceTask", "take_over_claim"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -67,52 +71,78 @@ _taken_over: dict[str, tuple[Lock, float]] = {}
 #: (its retry, or a replacement): the run's end then leaves the claim to that message.
 HANDED_ON = "django_redis_lock_claim_handed_on"
 
+#: The tasks with enqueue= whose class was found not to claim when sent (reported once).
+_reported: set[str] = set()
 
-def _claiming(publish: Callable[..., AsyncResult]) -> Callable[..., AsyncResult]:
-    @functools.wraps(publish)
+
+class SingleInstanceTask(Task):  # type: ignore[misc]
+    """Refuse duplicates when sent, for a task whose function has ``enqueue=``.
+
+    ``@shared_task(base=SingleInstanceTask)`` or ``@app.task(base=SingleInstanceTask)``; or
+    ``Celery(..., task_cls=SingleInstanceTask)`` for every task of an app, or a task class
+    derived from it. A task without ``enqueue=`` sends as its base class does; a subclass that
+    overrides ``apply_async`` calls ``super()``.
+    """
+
     def apply_async(
-        self: Task,
+        self,
         args: Sequence[Any] | None = None,
         kwargs: dict[str, Any] | None = None,
         task_id: str | None = None,
         *rest: Any,
         **options: Any,
     ) -> AsyncResult:
-        config = config_of(self)
-        if config is None or config.enqueue == "allow" or self.app.conf.task_always_eager:
-            return publish(self, args, kwargs, task_id, *rest, **options)
-        task_id = task_id or uuid()
-        args, kwargs = tuple(args or ()), dict(kwargs or {})
-        name = claim_name(message_lock_name(config, self, args, kwargs))
-        backend, owner = locks[config.using], claim_owner(task_id)
-        again = _hand_on(name, task_id)
-        record = task_record(
-            self.name,
-            config,
-            call_args(self, args),
-            kwargs,
-            task_id=task_id,
-            hostname=None,  # no worker has it yet
-            worker_pid=None,
-        )
-        request = AcquireRequest(
-            ttl=config.enqueue_ttl + _delay(self, options),
-            metadata=claim_metadata(record),
-            limit=config.limit,
-            holds=0 if again else None,
-        )
-        holder = claim(config, self.name, name, owner, request, again=again)
-        if holder is not None:
-            return self.AsyncResult(holder)
-        attempts = watch_attempts(options, self.app.conf.task_publish_retry_policy or {})
-        try:
-            return publish(self, args, kwargs, task_id, *rest, **options)
-        except BaseException as error:
-            if not again:
-                _after_failed_publish(self, backend, name, owner, [*attempts, error])
-            raise
+        """Send the task, unless its key is queued or running: see ``single_instance``."""
+        return _send(self, super().apply_async, args, kwargs, task_id, *rest, **options)
 
-    return apply_async
+
+def _send(
+    task: Task,
+    publish: Callable[..., AsyncResult],
+    args: Sequence[Any] | None,
+    kwargs: dict[str, Any] | None,
+    task_id: str | None,
+    *rest: Any,
+    **options: Any,
+) -> AsyncResult:
+    """Send ``task`` by ``publish`` (its class's ``apply_async``), claiming first.
+
+    A task without ``enqueue=``, and eager mode, publish at once. A send that finds the claim
+    held publishes nothing and returns the holder's result (or raises, for ``"raise"``).
+    """
+    config = config_of(task)
+    if config is None or config.enqueue == "allow" or task.app.conf.task_always_eager:
+        return publish(args, kwargs, task_id, *rest, **options)
+    task_id = task_id or uuid()
+    args, kwargs = tuple(args or ()), dict(kwargs or {})
+    name = claim_name(message_lock_name(config, task, args, kwargs))
+    backend, owner = locks[config.using], claim_owner(task_id)
+    again = _hand_on(name, task_id)
+    record = task_record(
+        task.name,
+        config,
+        call_args(task, args),
+        kwargs,
+        task_id=task_id,
+        hostname=None,  # no worker has it yet
+        worker_pid=None,
+    )
+    request = AcquireRequest(
+        ttl=config.enqueue_ttl + _delay(task, options),
+        metadata=claim_metadata(record),
+        limit=config.limit,
+        holds=0 if again else None,
+    )
+    holder = claim(config, task.name, name, owner, request, again=again)
+    if holder is not None:
+        return task.AsyncResult(holder)
+    attempts = watch_attempts(options, task.app.conf.task_publish_retry_policy or {})
+    try:
+        return publish(args, kwargs, task_id, *rest, **options)
+    except BaseException as error:
+        if not again:
+            _after_failed_publish(task, backend, name, owner, [*attempts, error])
+        raise
 
 
 def _after_failed_publish(
@@ -188,6 +218,14 @@ def take_over_claim(
     """
     if config.enqueue == "allow" or task.request.id is None or task.request.is_eager:
         return
+    if not isinstance(task, SingleInstanceTask) and task.name not in _reported:
+        _reported.add(task.name)
+        logger.error(
+            "%s has enqueue=%r, but its sends do not refuse duplicates: its class is not "
+            "django_redis_lock.celery.SingleInstanceTask (give it base=SingleInstanceTask).",
+            task.name,
+            config.enqueue,
+        )
     claim = Lock(
         claim_name(lock_name),
         ttl=config.ttl,
@@ -264,5 +302,4 @@ def _running_elsewhere(
     return any(task_id_of(info) == task_id for info in holders)
 
 
-Task.apply_async = _claiming(Task.apply_async)
 task_postrun.connect(_after_run, weak=False)

@@ -438,3 +438,33 @@ def test_enqueue__a_claim_taken_over_is_renewed_on_its_own(app: Celery) -> None:
     finally:
         outliving.pop_request()
         enqueue._forget(enqueue._taken_over.pop("run-1", None))
+
+
+def test_enqueue__a_task_whose_class_does_not_claim_is_reported_once_when_it_runs(
+    app: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Only SingleInstanceTask's apply_async claims: a task with enqueue= on Celery's own
+    # Task class sends every duplicate, and its worker says so.
+    @app.task(bind=True, name="claims.unseen")
+    @single_instance("{n}", enqueue="skip")
+    def unseen(self: Any, n: int) -> int:
+        return n
+
+    found = config_of(unseen)
+    assert found is not None
+    lock_name = message_lock_name(found, unseen, (4,), {})
+    unseen.push_request(id="t-2", is_eager=False, args=(4,), kwargs={})
+    try:
+        with caplog.at_level(logging.ERROR, "django_redis_lock"):
+            take_over_claim(unseen, found, lock_name, "run-2", {})
+            take_over_claim(unseen, found, lock_name, "run-3", {})
+    finally:
+        unseen.pop_request()
+        for run in ("run-2", "run-3"):
+            enqueue._forget(enqueue._taken_over.pop(run, None))
+        locks["default"].force_release(claim_name(lock_name))
+    reports = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert reports == [
+        "claims.unseen has enqueue='skip', but its sends do not refuse duplicates: its class "
+        "is not django_redis_lock.celery.SingleInstanceTask (give it base=SingleInstanceTask)."
+    ]

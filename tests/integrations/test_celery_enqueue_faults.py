@@ -16,7 +16,7 @@ from celery import Celery, Task
 from kombu.exceptions import EncodeError, OperationalError
 
 from django_redis_lock import locks
-from django_redis_lock.celery import single_instance
+from django_redis_lock.celery import SingleInstanceTask, single_instance
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually
 
@@ -41,7 +41,7 @@ def sending_task(broker_url: str) -> Task:
         task_publish_retry_policy={"max_retries": 1, "interval_start": 0, "interval_max": 0.1},
         task_default_queue=QUEUE,
     )
-    task: Task = app.task(name="faults.sync", bind=True)(
+    task: Task = app.task(name="faults.sync", bind=True, base=SingleInstanceTask)(
         single_instance(key="{customer_id}", enqueue="skip", enqueue_ttl=30)(_sync)
     )
     return task

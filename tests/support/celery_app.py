@@ -25,7 +25,7 @@ from celery.signals import task_postrun  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
 from django_redis_lock import locks  # noqa: E402
-from django_redis_lock.celery import single_instance  # noqa: E402
+from django_redis_lock.celery import SingleInstanceTask, single_instance  # noqa: E402
 from tests.support.helpers import locks_setting  # noqa: E402
 
 URL = os.environ.get("DRL_CELERY_URL", "redis://127.0.0.1:1/0")
@@ -177,25 +177,25 @@ def ping() -> str:
 # Refusing duplicates when they are sent (enqueue=).
 
 
-@app.task(bind=True)
+@app.task(bind=True, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_once(self: Any, customer_id: int, run: int, seconds: float = 0.5) -> object:
     return work(f"sync_once:{customer_id}", run, seconds)
 
 
-@app.task
+@app.task(base=SingleInstanceTask)
 @single_instance(key=["customer_id"], enqueue="raise", enqueue_ttl=1.5)
 def sync_strict(customer_id: int, run: int, seconds: float = 0.5) -> object:
     return work(f"sync_strict:{customer_id}", run, seconds)
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip", limit=2)
 def sync_pair(self: Any, customer_id: int, run: int, seconds: float = 0.5) -> object:
     return work(f"sync_pair:{customer_id}", run, seconds)
 
 
-@app.task(bind=True, max_retries=3)
+@app.task(bind=True, max_retries=3, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_retrying(self: Any, customer_id: int, countdown: float = 2.0) -> object:
     record("start", task="sync_retrying", run=self.request.retries)
@@ -211,7 +211,7 @@ def _record_done(task_id: str, task: Task, retval: object, **kwargs: Any) -> Non
     record("done", task=task.name, id=task_id, result=repr(retval))
 
 
-@app.task(bind=True)
+@app.task(bind=True, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip", ttl=60)
 def sync_stubborn(self: Any, customer_id: int, seconds: float = 3.0) -> object:
     """A run that ignores SIGTERM: a revoke that terminates it with SIGTERM leaves it running."""
@@ -219,7 +219,7 @@ def sync_stubborn(self: Any, customer_id: int, seconds: float = 3.0) -> object:
     return work(f"sync_stubborn:{customer_id}", customer_id, seconds)
 
 
-@app.task(bind=True, acks_late=True)
+@app.task(bind=True, acks_late=True, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_rejecting(self: Any, customer_id: int) -> object:
     """Its first delivery puts its message back on the queue (Reject with requeue)."""
@@ -230,7 +230,7 @@ def sync_rejecting(self: Any, customer_id: int) -> object:
     return work(f"sync_rejecting:{customer_id}", customer_id, 0.1)
 
 
-@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_lost(self: Any, customer_id: int) -> object:
     """Its first delivery waits to be killed; Celery puts the message back on the queue."""
@@ -238,7 +238,7 @@ def sync_lost(self: Any, customer_id: int) -> object:
     return work(f"sync_lost:{customer_id}", delivery, 30 if delivery == 1 else 0.5)
 
 
-@app.task(bind=True, max_retries=1)
+@app.task(bind=True, max_retries=1, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_retry_quietly(self: Any, customer_id: int) -> object:
     """Asks for a retry without raising it, then returns."""
@@ -248,7 +248,7 @@ def sync_retry_quietly(self: Any, customer_id: int) -> object:
     return self.request.retries
 
 
-@app.task(bind=True, max_retries=1)
+@app.task(bind=True, max_retries=1, base=SingleInstanceTask)
 @single_instance(key="{customer_id}", enqueue="skip")
 def sync_retry_elsewhere(self: Any, customer_id: int) -> object:
     """Retries with other arguments: a claim of another key."""
@@ -266,7 +266,7 @@ def once_per_window(self: Any, run: int, seconds: float = 0.1) -> object:
     return work("once_per_window", run, seconds)
 
 
-@app.task
+@app.task(base=SingleInstanceTask)
 @single_instance(key="{customer_id}", min_hold=3, enqueue="skip")
 def sync_per_window(customer_id: int, run: int, seconds: float = 0.1) -> object:
     return work(f"sync_per_window:{customer_id}", run, seconds)
@@ -332,7 +332,8 @@ def _shape(decorator: str, bound: bool, key_kind: str) -> Any:
         def run(customer_id: int, kind: str = "monthly") -> None:  # type: ignore[misc]
             hold_until_ended()
 
-    return register(name=name, bind=bound)(single_instance(key, ttl=60, enqueue="skip")(run))
+    sends_once = single_instance(key, ttl=60, enqueue="skip")
+    return register(name=name, bind=bound, base=SingleInstanceTask)(sends_once(run))
 
 
 SHAPES = {
@@ -350,14 +351,19 @@ def bill_as_documented(self: Task, customer_id: int) -> None:
     hold_until_ended()
 
 
-@app.task(bind=True, autoretry_for=(ConnectionError,), name="shape.app.autoretry.template")
+@app.task(
+    bind=True,
+    autoretry_for=(ConnectionError,),
+    name="shape.app.autoretry.template",
+    base=SingleInstanceTask,
+)
 @single_instance(key="{customer_id}-{kind}", ttl=60, enqueue="skip")
 def autoretrying(self: Task, customer_id: int, kind: str = "monthly") -> None:
     """A bound task whose ``run`` Celery wraps (autoretry_for) in an attribute of the task."""
     hold_until_ended()
 
 
-class MethodShape(Task):  # type: ignore[misc]
+class MethodShape(SingleInstanceTask):
     """A task class whose ``run`` method is decorated."""
 
     name = "shape.class.method.template"
