@@ -52,8 +52,11 @@ _TASKS = "django.tasks" if find_spec("django.tasks") else "django_tasks"
 if _TASKS == "django_tasks":
     INSTALLED_APPS.append("django_tasks")
 INSTALLED_APPS.append("django_tasks_db")
+# Each backend supplies SingleInstanceTask (tests/support/task_backends.py), as a project using
+# enqueue= does; "plain" is Django's own, with Django's Task.
 TASKS = {
-    "default": {"BACKEND": f"{_TASKS}.backends.immediate.ImmediateBackend"},
-    "dummy": {"BACKEND": f"{_TASKS}.backends.dummy.DummyBackend"},
-    "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    "default": {"BACKEND": "tests.support.task_backends.ImmediateBackend"},
+    "dummy": {"BACKEND": "tests.support.task_backends.DummyBackend"},
+    "db": {"BACKEND": "tests.support.task_backends.DatabaseBackend"},
+    "plain": {"BACKEND": f"{_TASKS}.backends.dummy.DummyBackend"},
 }

@@ -11,8 +11,9 @@
 
 Celery's ``app.autodiscover_tasks()`` imports the ``tasks`` module of every installed app,
 this one included, in projects that never use ``django.tasks``. So importing this module does
-nothing: the decorator (:mod:`django_redis_lock.tasks.decorator`) is loaded when its name is
-first asked for, and only then is ``django.tasks`` (or the ``django-tasks`` backport)
+nothing: the decorator (:mod:`django_redis_lock.tasks.decorator`) and the task class a backend
+supplies for ``enqueue=`` (:mod:`django_redis_lock.tasks.task_class`) are loaded when their
+names are first asked for, and only then is ``django.tasks`` (or the ``django-tasks`` backport)
 imported. Without either, that import fails with an :class:`ImportError` naming the extra to
 install (``pip install "django-redis-lock[tasks]"``).
 """
@@ -23,14 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .decorator import single_instance
+    from .task_class import SingleInstanceTask
 
-__all__ = ["single_instance"]
+__all__ = ["SingleInstanceTask", "single_instance"]
 
 
 def __getattr__(name: str) -> Any:
-    """Load ``single_instance`` on first use; any other name is not here."""
+    """Load ``single_instance`` or ``SingleInstanceTask`` on first use; no other name is here."""
     if name == "single_instance":
         from .decorator import single_instance
 
         return single_instance
+    if name == "SingleInstanceTask":
+        from .task_class import SingleInstanceTask
+
+        return SingleInstanceTask
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,7 @@ __all__ = [
     "Task",
     "TaskContext",
     "TaskResult",
+    "task_enqueued",
     "task_finished",
     "task_started",
 ]
@@ -24,13 +25,13 @@ if TYPE_CHECKING or find_spec("django.tasks") is not None:
     from django.tasks import Task, TaskContext, TaskResult
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.backends.immediate import ImmediateBackend
-    from django.tasks.signals import task_finished, task_started
+    from django.tasks.signals import task_enqueued, task_finished, task_started
 else:  # pragma: no cover - Django 5.2 with the backport
     try:
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.backends.immediate import ImmediateBackend
         from django_tasks.base import Task, TaskContext, TaskResult
-        from django_tasks.signals import task_finished, task_started
+        from django_tasks.signals import task_enqueued, task_finished, task_started
     except ImportError as exc:
         raise missing_extra(
             exc,

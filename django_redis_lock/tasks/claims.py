@@ -17,9 +17,8 @@ running it was killed. A claim is therefore bounded by leases: ``enqueue_ttl`` s
 the wait until ``run_after``) while the task waits in its queue, the run's ``ttl`` while it
 runs.
 
-Enqueues are seen by wrapping ``Task.enqueue`` and ``Task.aenqueue`` once, when
-``single_instance`` is first imported from :mod:`django_redis_lock.tasks`; tasks without
-``enqueue=`` pass straight through.
+Enqueues come here from :class:`~.task_class.SingleInstanceTask`, the task class a backend
+supplies (its ``task_class``); the ``Task`` class of ``django.tasks`` is never changed.
 ``ImmediateBackend`` runs a task inside its ``enqueue()``: there the run's own lock decides,
 as Celery's eager mode does.
 """
@@ -34,7 +33,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.utils import timezone
@@ -47,7 +45,15 @@ from ..listing import task_id
 from ..lock import Lock
 from ._compat import ImmediateBackend, Task, TaskResult
 
-__all__ = ["RUNNER", "check_backend", "config_of", "release_claim", "take_over_claim"]
+__all__ = [
+    "RUNNER",
+    "check_backend",
+    "claiming_config",
+    "config_of",
+    "enqueue_claimed",
+    "release_claim",
+    "take_over_claim",
+]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -110,22 +116,28 @@ def check_backend(task: Task[Any, Any]) -> None:
         )
 
 
-def _claims(task: Task[Any, Any]) -> SingleInstance | None:
-    # The settings of a task whose enqueue claims, or None: no enqueue=, or a backend that
-    # runs the task right away.
+def claiming_config(task: Task[Any, Any]) -> SingleInstance | None:
+    """Return the settings of ``task`` if its enqueue claims, else None.
+
+    None for a task without ``enqueue=``, and on a backend that runs the task right away.
+    """
     config = config_of(task)
     if config is None or config.enqueue == "allow":
         return None
     return None if isinstance(task.get_backend(), ImmediateBackend) else config
 
 
-def _enqueue_claimed(
+def enqueue_claimed(
     task: Task[Any, Any],
     config: SingleInstance,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     enqueue: Callable[[], TaskResult[Any, Any]],
 ) -> TaskResult[Any, Any]:
+    """Enqueue ``task`` by ``enqueue``, claiming first; return the holder's result if held.
+
+    Raise :class:`~django_redis_lock.DuplicateTaskError` for ``enqueue="raise"``.
+    """
     name = claim_name(config.lock_name(task.module_path, args, kwargs))
     backend, owner = locks[config.using], f"task-queued:{secrets.token_hex(16)}"
     record = config.record(task.module_path, args, kwargs, runner=RUNNER, task_id=None)
@@ -309,50 +321,3 @@ def release_claim(
                 backend.release(name, info.owner, 1)
     except LockError:
         logger.warning("Could not free the claim %r.", name, exc_info=True)
-
-
-def _claiming_enqueue(enqueue: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(enqueue)
-    def claiming(self: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult[Any, Any]:
-        config = _claims(self)
-        if config is None:
-            result: TaskResult[Any, Any] = enqueue(self, *args, **kwargs)
-            return result
-        return _enqueue_claimed(self, config, args, kwargs, lambda: enqueue(self, *args, **kwargs))
-
-    return claiming
-
-
-def _claiming_aenqueue(aenqueue: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(aenqueue)
-    async def claiming(self: Task[Any, Any], *args: Any, **kwargs: Any) -> TaskResult[Any, Any]:
-        config = _claims(self)
-        if config is None:
-            result: TaskResult[Any, Any] = await aenqueue(self, *args, **kwargs)
-            return result
-        # The claim's round trips block, and the backend's enqueue may use the database: both
-        # run where Django runs sync database work for async code, as a backend's own
-        # aenqueue() does (thread_sensitive), so its connection is managed as usual.
-        return await sync_to_async(_enqueue_claimed, thread_sensitive=True)(
-            self,
-            config,
-            args,
-            kwargs,
-            lambda: self.get_backend().enqueue(self, list(args), kwargs),
-        )
-
-    return claiming
-
-
-def _checking(post_init: Callable[[Task[Any, Any]], None]) -> Callable[[Task[Any, Any]], None]:
-    @functools.wraps(post_init)
-    def __post_init__(self: Task[Any, Any]) -> None:
-        post_init(self)
-        check_backend(self)
-
-    return __post_init__
-
-
-Task.enqueue = _claiming_enqueue(Task.enqueue)  # type: ignore[method-assign]
-Task.aenqueue = _claiming_aenqueue(Task.aenqueue)  # type: ignore[method-assign]
-Task.__post_init__ = _checking(Task.__post_init__)  # type: ignore[method-assign,assignment]

@@ -47,8 +47,9 @@ from ..aio import AsyncLock
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import DuplicateTaskError, LockNotAcquiredError
 from ..lock import Lock
-from ._compat import TaskContext, TaskResult, task_finished, task_started
-from .claims import RUNNER, release_claim, take_over_claim, without_context
+from ._compat import TaskContext, TaskResult, task_enqueued, task_finished, task_started
+from .claims import RUNNER, claiming_config, release_claim, take_over_claim, without_context
+from .task_class import SingleInstanceTask
 
 __all__ = ["single_instance"]
 
@@ -65,6 +66,9 @@ _current: contextvars.ContextVar[TaskResult[Any, Any] | None] = contextvars.Cont
     "django_redis_lock_task_result", default=None
 )
 _started: dict[str, contextvars.Token[TaskResult[Any, Any] | None]] = {}
+
+#: The tasks whose enqueues without a claim were reported already.
+_reported: set[str] = set()
 
 
 def single_instance(
@@ -99,8 +103,9 @@ def single_instance(
     ``enqueue="skip"`` or ``"raise"`` refuses duplicates when they are enqueued:
     ``enqueue()`` of a task whose key is queued or running enqueues nothing and returns
     that task's :class:`TaskResult`, or raises
-    :class:`~django_redis_lock.DuplicateTaskError`. A task that never runs holds its claim
-    for ``enqueue_ttl`` seconds (plus its wait until ``run_after``): see
+    :class:`~django_redis_lock.DuplicateTaskError`, on a backend whose ``task_class`` is
+    :class:`~django_redis_lock.tasks.SingleInstanceTask`. A task that never runs holds its
+    claim for ``enqueue_ttl`` seconds (plus its wait until ``run_after``): see
     :mod:`django_redis_lock.tasks.claims`.
     """
     settings = configure(
@@ -337,3 +342,23 @@ def _task_finished(sender: object, task_result: TaskResult[Any, Any], **kwargs: 
         _current.reset(token)  # the run that enqueued this one (ImmediateBackend) is current
     except ValueError:  # announced in another context
         _current.set(None)
+
+
+@receiver(task_enqueued, dispatch_uid="django_redis_lock.tasks.enqueued")
+def _task_enqueued(sender: object, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
+    # A task with enqueue= whose backend does not supply SingleInstanceTask enqueued without
+    # its claim: its duplicates are not refused. Said once per task, as an error.
+    task = task_result.task
+    if isinstance(task, SingleInstanceTask) or task.module_path in _reported:
+        return
+    config = claiming_config(task)
+    if config is None:
+        return
+    _reported.add(task.module_path)
+    logger.error(
+        "Enqueued %s without its enqueue=%r claim, so its duplicates are not refused: the "
+        "task_class of its backend %r is not django_redis_lock.tasks.SingleInstanceTask.",
+        task.module_path,
+        config.enqueue,
+        task.backend,
+    )

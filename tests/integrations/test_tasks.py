@@ -218,6 +218,28 @@ def test_definition__enqueue_skip_on_immediate_backend_is_accepted() -> None:
     assert isinstance(defined, Task)
 
 
+def test_definition__on_a_backend_with_djangos_task_class__nothing_is_checked_or_claimed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # "plain" supplies Django's own Task: enqueue= needs SingleInstanceTask, and says so once.
+    defined = task(backend="plain")(single_instance("{n}", enqueue="raise")(_module_level))
+    assert type(defined) is Task
+    with caplog.at_level(logging.ERROR, "django_redis_lock"):
+        first, again = defined.enqueue(5), defined.enqueue(5)
+    assert first.id != again.id, "both enqueued"
+    assert (
+        locks["default"].lock_info("queued:task:tests.integrations.test_tasks._module_level:5")
+        == []
+    )
+    assert [r.getMessage() for r in caplog.records] == [
+        "Enqueued tests.integrations.test_tasks._module_level without its enqueue='raise' "
+        "claim, so its duplicates are not refused: the task_class of its backend 'plain' is "
+        "not django_redis_lock.tasks.SingleInstanceTask."
+    ]
+    # Retrying needs a backend that defers: refused only where SingleInstanceTask checks.
+    assert task(backend="plain")(single_instance(on_conflict="retry")(_module_level))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -20,8 +20,8 @@ DATABASES = {
 }
 TASKS = {
     **TASKS,
-    "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
-    "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    "default": {"BACKEND": "tests.support.task_backends.DatabaseBackend"},
+    "db": {"BACKEND": "tests.support.task_backends.DatabaseBackend"},
 }
 LOCKS = {
     "default": {
