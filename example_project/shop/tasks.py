@@ -14,7 +14,7 @@ from typing import Any
 import redis
 from celery import Task, shared_task
 
-from django_redis_lock.celery import single_instance
+from django_redis_lock.celery import SingleInstanceTask, single_instance
 from shop.state import demo_key, redis_client, signal
 
 #: Seconds a billing run takes: it stands for the calls to a payment provider.
@@ -51,14 +51,14 @@ def bill_customer(self: Task, customer_id: int) -> dict[str, Any]:
     return run
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, base=SingleInstanceTask)
 @single_instance(on_conflict="skip", ttl=60, enqueue="skip")
 def nightly_report(self: Task) -> dict[str, Any]:
     """Sum up the billing runs; one report at a time, however often beat or a user sends it.
 
     With no ``key``, the lock is the task's own: ``celery:shop.tasks.nightly_report``. With
     ``enqueue="skip"``, a send while a report is queued or running sends nothing and returns
-    that report's result.
+    that report's result: its class, ``SingleInstanceTask``, refuses the duplicate.
     """
     client = redis_client()
     try:
