@@ -32,7 +32,7 @@ from typing import Any, Literal, ParamSpec, TypeVar
 from .._extras import missing_extra
 
 try:
-    from celery import Task
+    from celery import Task, current_app
     from celery._state import get_current_task
     from celery.signals import before_task_publish
 except ImportError as exc:
@@ -44,7 +44,7 @@ from .._single_instance import configure, refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
 from ..lock import Lock
-from .enqueue import SingleInstanceTask, take_over_claim
+from .enqueue import SingleInstanceTask, report_unclaimed, take_over_claim
 from .keys import (
     MAX_READABLE_NAME,
     QUEUE,
@@ -224,11 +224,14 @@ def _conflict(config: SingleInstance, task: Task | None, held: Lock) -> Any:
     return None
 
 
-def _release_before_retry(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+def _release_before_retry(
+    sender: str | None = None, headers: dict[str, Any] | None = None, **kwargs: Any
+) -> None:
     # A run that calls self.retry() publishes its next run (same task id) before it ends:
     # free the lock first, so that run can take it.
     if not headers:
         return
+    _report_unclaimed_send(sender)
     # A run id names one delivery: no message sent from here carries it on (Celery copies a
     # request's unknown fields into the headers of its retry).
     headers.pop(RUN_ID_FIELD, None)
@@ -239,6 +242,14 @@ def _release_before_retry(headers: dict[str, Any] | None = None, **kwargs: Any) 
     held = None if run_id is None else _running.pop(run_id, None)
     if held is not None and held.fencing_token is not None:
         held.release()
+
+
+def _report_unclaimed_send(name: str | None) -> None:
+    # A send of a task with enqueue= whose class does not claim: say so in the sender too.
+    task = None if name is None else current_app.tasks.get(name)
+    config = None if task is None else config_of(task)
+    if task is not None and config is not None and config.enqueue != "allow":
+        report_unclaimed(task, config)
 
 
 # Connected here rather than with the decorator form, which Celery does not type.

@@ -207,6 +207,24 @@ def _delay(task: Task, options: dict[str, Any]) -> float:
     return 0.0
 
 
+def report_unclaimed(task: Task, config: SingleInstance) -> None:
+    """Log once, in this process, that ``task`` asks for ``enqueue=`` on a class that ignores it.
+
+    The decorator sits under the task decorator and never sees the class, so this is said
+    where the two meet: the first send of the task (the sending process) and its first run
+    (the worker).
+    """
+    if isinstance(task, SingleInstanceTask) or task.name in _reported:
+        return
+    _reported.add(task.name)
+    logger.error(
+        "%s has enqueue=%r, but its sends do not refuse duplicates: its class is not "
+        "django_redis_lock.celery.SingleInstanceTask (give it base=SingleInstanceTask).",
+        task.name,
+        config.enqueue,
+    )
+
+
 def take_over_claim(
     task: Task, config: SingleInstance, lock_name: str, run_id: str, metadata: dict[str, Any]
 ) -> None:
@@ -218,14 +236,7 @@ def take_over_claim(
     """
     if config.enqueue == "allow" or task.request.id is None or task.request.is_eager:
         return
-    if not isinstance(task, SingleInstanceTask) and task.name not in _reported:
-        _reported.add(task.name)
-        logger.error(
-            "%s has enqueue=%r, but its sends do not refuse duplicates: its class is not "
-            "django_redis_lock.celery.SingleInstanceTask (give it base=SingleInstanceTask).",
-            task.name,
-            config.enqueue,
-        )
+    report_unclaimed(task, config)
     claim = Lock(
         claim_name(lock_name),
         ttl=config.ttl,

@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import inspect
 import logging
+import os
 import queue
 import re
 import subprocess
@@ -15,6 +16,7 @@ import uuid
 from typing import Any
 
 import pytest
+import redis as redis_py
 from celery import Celery
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
@@ -467,4 +469,36 @@ def test_enqueue__a_task_whose_class_does_not_claim_is_reported_once_when_it_run
     assert reports == [
         "claims.unseen has enqueue='skip', but its sends do not refuse duplicates: its class "
         "is not django_redis_lock.celery.SingleInstanceTask (give it base=SingleInstanceTask)."
+    ]
+
+
+def test_enqueue__a_task_whose_class_does_not_claim_is_reported_once_when_it_is_sent(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The sending process is told too, on a real broker: its sends are the ones that go
+    # through unrefused.
+    from celery._state import _set_current_app, get_current_app
+
+    sender = Celery("sender", broker=redis_url, set_as_current=False)
+    sender.conf.update(task_default_queue=f"unseen-{os.getpid()}")
+
+    @sender.task(name="claims.unseen_sent")
+    @single_instance("{n}", enqueue="skip")
+    def unseen_sent(n: int) -> int:
+        return n
+
+    previous = get_current_app()
+    _set_current_app(sender)
+    try:
+        with caplog.at_level(logging.ERROR, "django_redis_lock"):
+            unseen_sent.delay(1)
+            unseen_sent.delay(1)
+    finally:
+        _set_current_app(previous)
+        redis_py.Redis.from_url(redis_url).delete(f"unseen-{os.getpid()}")
+    reports = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert reports == [
+        "claims.unseen_sent has enqueue='skip', but its sends do not refuse duplicates: its "
+        "class is not django_redis_lock.celery.SingleInstanceTask (give it "
+        "base=SingleInstanceTask)."
     ]
