@@ -22,6 +22,7 @@ import decimal
 import inspect
 import logging
 import os
+import re
 import string
 import threading
 import time
@@ -30,14 +31,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from django.core.exceptions import ImproperlyConfigured
-
 from ._arguments import HOST
 from ._names import MAX_READABLE, digest
 from ._validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
 from .backends.base import AcquireRequest, LockInfo, holder_metadata
 from .conf import DEFAULT_ALIAS
-from .exceptions import DuplicateTaskError, LockNotAcquiredError
+from .exceptions import (
+    DuplicateTaskError,
+    InvalidLockArgumentError,
+    LockArgumentTypeError,
+    LockNotAcquiredError,
+)
 from .handler import locks
 from .listing import TaskRecord, describe_holder, retry_after, task_id
 
@@ -91,6 +95,14 @@ class _KeyFormatter(string.Formatter):
 _formatter = _KeyFormatter()
 
 
+def _fields(key: object) -> list[str]:
+    """Return the argument names a key template's fields read (none for other keys)."""
+    if not isinstance(key, str):
+        return []
+    fields = (field for _, field, _, _ in _formatter.parse(key) if field is not None)
+    return [re.split(r"[.\[]", field, maxsplit=1)[0] for field in fields]
+
+
 @dataclass(frozen=True)
 class SingleInstance:
     """The settings of one ``@single_instance`` decorator, kept on the task's function.
@@ -117,17 +129,18 @@ class SingleInstance:
     def of(self, func: Callable[..., Any]) -> SingleInstance:
         """Return these settings for the function ``func``, whose arguments the key reads.
 
-        Raise :class:`~django.core.exceptions.ImproperlyConfigured` if a list key names
-        arguments ``func`` does not have.
+        Raise :class:`~django_redis_lock.InvalidLockArgumentError` if a list key, or a
+        template's fields, name arguments ``func`` does not have: when the task is defined,
+        not at its first run.
         """
         signature = inspect.signature(func)
-        if isinstance(self.key, (list, tuple)):
-            unknown = [name for name in self.key if name not in signature.parameters]
-            if unknown:
-                raise ImproperlyConfigured(
-                    f"single_instance key names {unknown!r} are not arguments of "
-                    f"{func.__qualname__}{signature}."
-                )
+        named = self.key if isinstance(self.key, (list, tuple)) else _fields(self.key)
+        unknown = [name for name in named if name not in signature.parameters]
+        if unknown:
+            raise InvalidLockArgumentError(
+                f"single_instance key names {unknown!r} are not arguments of "
+                f"{func.__qualname__}{signature}."
+            )
         return dataclasses.replace(self, signature=signature)
 
     def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
@@ -150,7 +163,7 @@ class SingleInstance:
             try:
                 return _formatter.vformat(self.key, (), values)
             except (KeyError, IndexError, AttributeError) as exc:
-                raise ImproperlyConfigured(
+                raise InvalidLockArgumentError(
                     f"single_instance key {self.key!r} does not fit the task's arguments "
                     f"({', '.join(values)}): {exc!r}. Use their names in braces, a list of "
                     "names, or a callable taking the task's arguments."
@@ -226,7 +239,8 @@ def configure(
 ) -> SingleInstance:
     """Check a ``@single_instance`` decorator's arguments; return its settings.
 
-    Raise :class:`~django.core.exceptions.ImproperlyConfigured` naming the wrong argument.
+    Raise :class:`~django_redis_lock.InvalidLockArgumentError` (or, for a key of the wrong
+    type, :class:`~django_redis_lock.LockArgumentTypeError`) naming the wrong argument.
     The settings have no signature yet: :meth:`SingleInstance.of` gives them the function's.
     """
     choices: dict[str, tuple[object, Collection[str]]] = {
@@ -237,15 +251,15 @@ def configure(
     for argument, (value, allowed) in choices.items():
         if value not in allowed:
             *first, last = (repr(choice) for choice in allowed)
-            raise ImproperlyConfigured(
+            raise InvalidLockArgumentError(
                 f"single_instance {argument} must be {', '.join(first)} or {last}, got {value!r}."
             )
     if on_conflict != "wait" and timeout is not None:
-        raise ImproperlyConfigured(
+        raise InvalidLockArgumentError(
             f"single_instance timeout only applies to on_conflict='wait' (got {on_conflict!r})."
         )
     if not (key is None or isinstance(key, (str, list, tuple)) or callable(key)):
-        raise ImproperlyConfigured(
+        raise LockArgumentTypeError(
             f"single_instance key must be None, a template, a list of argument names or a "
             f"callable, got {key!r}."
         )
@@ -266,7 +280,7 @@ def configure(
         min_hold=validate_min_hold(min_hold),
     )
     if config.min_hold and config.limit != 1:
-        raise ImproperlyConfigured(
+        raise InvalidLockArgumentError(
             f"single_instance min_hold cannot be given with limit={limit}: it keeps the "
             "lock of one run for a window, which a semaphore cannot."
         )

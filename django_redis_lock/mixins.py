@@ -9,14 +9,8 @@ from django.http import HttpRequest, HttpResponseBase
 
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
-from .viewlock.engine import (
-    UNSAFE_METHODS,
-    ViewLock,
-    conflict_response,
-    validate_retry_after,
-    validate_status,
-)
-from .viewlock.keys import Key, validate_key
+from .viewlock.engine import UNSAFE_METHODS, ViewLock, conflict_response
+from .viewlock.keys import Key
 
 __all__ = ["LockMixin"]
 
@@ -43,10 +37,19 @@ class LockMixin:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # A wrong class attribute fails when the class is defined, not at its first request.
         super().__init_subclass__(**kwargs)
-        where = f"LockMixin on {cls.__module__}.{cls.__qualname__}"
-        validate_key(cls.lock_key, where=where)
-        validate_status(cls.lock_status, where=where)
-        validate_retry_after(cls.lock_retry_after, where=where)
+        # The decorator's own check, on the class attributes: one path for both faces.
+        ViewLock(
+            key=cls.lock_key,
+            name=cls.lock_name or cls.__qualname__,
+            where=f"LockMixin on {cls.__module__}.{cls.__qualname__}",
+            ttl=cls.lock_ttl,
+            timeout=cls.lock_timeout,
+            methods=cls.lock_methods,
+            using=cls.lock_using,
+            status=cls.lock_status,
+            template_name=cls.lock_template_name,
+            retry_after=cls.lock_retry_after,
+        )
 
     def get_lock_key(self) -> Key:
         """Return what requests are keyed by (see :func:`~.decorators.lock_view`)."""

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
@@ -26,7 +25,7 @@ from .._validation import validate_timeout, validate_ttl
 from ..aio import AsyncLock
 from ..backends.base import LockInfo
 from ..conf import DEFAULT_ALIAS
-from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError
+from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNotAcquiredError
 from ..handler import locks
 from ..listing import retry_after as lease_left
 from ..lock import Lock
@@ -75,7 +74,7 @@ class ViewLock:
                 f"{self.timeout!r}."
             )
         if isinstance(self.methods, str) or not all(isinstance(m, str) for m in self.methods):
-            raise ImproperlyConfigured(
+            raise LockArgumentTypeError(
                 f"{self.where}: methods must be a list of HTTP method names such as "
                 f"['POST'], got {self.methods!r}."
             )
@@ -172,19 +171,24 @@ class ViewLock:
 
 
 def validate_status(status: object, *, where: str) -> None:
-    """Raise ImproperlyConfigured unless ``status`` is one a conflict may answer with."""
+    """Refuse ``status`` unless it is one a conflict may answer with."""
     if status not in CONFLICT_STATUSES:
-        raise ImproperlyConfigured(
+        raise InvalidLockArgumentError(
             f"{where}: status must be one of 409, 423, 429 or 503, got {status!r}."
         )
 
 
 def validate_retry_after(value: object, *, where: str) -> None:
-    """Raise ImproperlyConfigured unless ``value`` is None, seconds >= 1, or a callable."""
+    """Refuse ``value`` unless it is None, whole seconds >= 1, or a callable."""
     if value is None or callable(value):
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ImproperlyConfigured(
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LockArgumentTypeError(
+            f"{where}: retry_after must be a whole number of seconds >= 1 or a callable "
+            f"(request, holders) -> seconds, got {value!r}."
+        )
+    if value < 1:
+        raise InvalidLockArgumentError(
             f"{where}: retry_after must be a whole number of seconds >= 1 or a callable "
             f"(request, holders) -> seconds, got {value!r}."
         )

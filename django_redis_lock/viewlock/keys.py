@@ -26,6 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
 from .._names import MAX_READABLE, digest
+from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 
 __all__ = ["KEY_WORDS", "Key", "client_ip", "request_key", "validate_key"]
 
@@ -43,20 +44,24 @@ _HOW_TO_FIX = (
 
 
 def validate_key(key: object, *, where: str) -> None:
-    """Raise ImproperlyConfigured, naming every way to fix it, if ``key`` is not a valid key."""
+    """Refuse ``key``, naming every way to fix it, if it is not a valid key.
+
+    A key of the wrong type raises :class:`~django_redis_lock.LockArgumentTypeError`, a
+    string that names no key :class:`~django_redis_lock.InvalidLockArgumentError`.
+    """
     parts = key if isinstance(key, (list, tuple)) else [key]
     if not parts:
-        raise ImproperlyConfigured(f"{where}: the lock key list is empty. {_HOW_TO_FIX}")
+        raise InvalidLockArgumentError(f"{where}: the lock key list is empty. {_HOW_TO_FIX}")
     for part in parts:
         if callable(part):
             continue
         if not isinstance(part, str):
-            raise ImproperlyConfigured(f"{where}: {part!r} is not a lock key. {_HOW_TO_FIX}")
+            raise LockArgumentTypeError(f"{where}: {part!r} is not a lock key. {_HOW_TO_FIX}")
         if part in KEY_WORDS:
             continue
         prefix = next((p for p in KEY_PREFIXES if part.startswith(p)), None)
         if prefix is None or part == prefix:
-            raise ImproperlyConfigured(f"{where}: {part!r} is not a lock key. {_HOW_TO_FIX}")
+            raise InvalidLockArgumentError(f"{where}: {part!r} is not a lock key. {_HOW_TO_FIX}")
 
 
 def request_key(

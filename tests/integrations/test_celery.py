@@ -19,9 +19,14 @@ import pytest
 import redis as redis_py
 from celery import Celery
 from django.contrib.auth.models import User
-from django.core.exceptions import ImproperlyConfigured
 
-from django_redis_lock import LockLostError, LockNotAcquiredError, lock, locks
+from django_redis_lock import (
+    InvalidLockArgumentError,
+    LockLostError,
+    LockNotAcquiredError,
+    lock,
+    locks,
+)
 from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.celery import (
     MAX_READABLE_NAME,
@@ -138,9 +143,14 @@ def test_key__a_long_name_is_hashed_and_stays_stable() -> None:
     assert name != found.lock_name("shop.bill", (1, long_kind + "y"), {})
 
 
-def test_key__a_template_that_does_not_fit_names_the_arguments() -> None:
-    found = config("{customer}", billing)
-    with pytest.raises(ImproperlyConfigured, match="customer_id, kind, dry_run"):
+def test_key__a_template_naming_no_argument_is_refused_when_the_task_is_defined() -> None:
+    with pytest.raises(InvalidLockArgumentError, match=r"\['customer'\] are not arguments"):
+        config("{customer}", billing)
+
+
+def test_key__a_template_that_does_not_fit_a_run_names_the_arguments() -> None:
+    found = config("{customer_id.nope}", billing)
+    with pytest.raises(InvalidLockArgumentError, match="customer_id, kind, dry_run"):
         found.lock_name("shop.bill", (1,), {})
 
 
@@ -195,12 +205,12 @@ def test_key__a_message_names_the_lock_its_run_takes(
     ],
 )
 def test_settings__bad_values_are_refused(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ImproperlyConfigured, match=message):
+    with pytest.raises(InvalidLockArgumentError, match=message):
         single_instance(**kwargs)
 
 
 def test_settings__unknown_argument_names_are_refused() -> None:
-    with pytest.raises(ImproperlyConfigured, match=r"\['customer'\] are not arguments"):
+    with pytest.raises(InvalidLockArgumentError, match=r"\['customer'\] are not arguments"):
         single_instance(["customer"])(billing)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from django_redis_lock import locks
+from django_redis_lock import InvalidLockArgumentError, locks
 from django_redis_lock.listing import describe_holder
 from tests.support import celery_harness
 
@@ -97,9 +97,8 @@ def test_a_run_killed_in_its_window__keeps_the_window_and_no_more(w: dict[str, A
 
 
 def test_min_hold_with_limit__refused_at_definition() -> None:
-    from django.core.exceptions import ImproperlyConfigured
 
     from django_redis_lock.celery import single_instance
 
-    with pytest.raises(ImproperlyConfigured, match="min_hold"):
+    with pytest.raises(InvalidLockArgumentError, match="min_hold"):
         single_instance(limit=2, min_hold=1)(lambda: None)

@@ -19,7 +19,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.utils.module_loading import import_string
 
-from django_redis_lock import DuplicateTaskError, LockNotAcquiredError, lock, locks
+from django_redis_lock import (
+    DuplicateTaskError,
+    InvalidLockArgumentError,
+    LockNotAcquiredError,
+    lock,
+    locks,
+)
 from django_redis_lock._arguments import HOST
 from django_redis_lock._single_instance import claim_metadata
 from django_redis_lock.backends.base import AcquireRequest
@@ -251,7 +257,7 @@ def test_definition__on_a_backend_with_djangos_task_class__nothing_is_checked_or
     ],
 )
 def test_definition__bad_values_are_refused(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ImproperlyConfigured, match=message):
+    with pytest.raises(InvalidLockArgumentError, match=message):
         single_instance(**kwargs)
 
 

@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.test import AsyncClient, AsyncRequestFactory, Client, RequestFactory, override_settings
 from django.views import View
 
-from django_redis_lock import InvalidLockArgumentError, lock, locks
+from django_redis_lock import InvalidLockArgumentError, LockArgumentTypeError, lock, locks
 from django_redis_lock.backends.base import LockInfo
 from django_redis_lock.checks import check_trusted_proxies
 from django_redis_lock.decorators import lock_view
@@ -486,7 +486,7 @@ def test_methods_get_locks_get_and_only_get() -> None:
 
 @pytest.mark.parametrize("methods", ["GET", [b"GET"], [1]])
 def test_methods_must_be_a_list_of_names(methods: Any) -> None:
-    with pytest.raises(ImproperlyConfigured, match="methods must be a list"):
+    with pytest.raises(LockArgumentTypeError, match="methods must be a list"):
         ok_view(key="path", methods=methods)
 
 
@@ -531,7 +531,7 @@ def test_status_choices(status: int) -> None:
 
 @pytest.mark.parametrize("status", [200, 400, 418, "409"])
 def test_invalid_status_is_improperly_configured(status: Any) -> None:
-    with pytest.raises(ImproperlyConfigured, match="409, 423, 429 or 503"):
+    with pytest.raises(InvalidLockArgumentError, match="409, 423, 429 or 503"):
         ok_view(key="path", status=status)
 
 
@@ -1036,10 +1036,9 @@ async def test_mixin_async_view_releases_when_it_raises() -> None:
     assert await aheld_names() == []
 
 
-def test_mixin_bad_key_is_improperly_configured() -> None:
-    # Raised when the class is defined (or, at the latest, at its first request).
+def test_mixin_bad_key_is_refused_when_the_class_is_defined() -> None:
     where = re.escape(__name__)
-    with pytest.raises(ImproperlyConfigured, match=rf"LockMixin on {where}\..*BadKey"):
+    with pytest.raises(InvalidLockArgumentError, match=rf"LockMixin on {where}\..*BadKey"):
 
         class BadKey(LockMixin, View):
             lock_key = "nope"
@@ -1050,6 +1049,27 @@ def test_mixin_bad_key_is_improperly_configured() -> None:
         BadKey.as_view()(post())
 
 
+@pytest.mark.parametrize(
+    ("attribute", "value", "error"),
+    [
+        ("lock_ttl", 0, InvalidLockArgumentError),
+        ("lock_ttl", "30", LockArgumentTypeError),
+        ("lock_timeout", -1, InvalidLockArgumentError),
+        ("lock_methods", "POST", LockArgumentTypeError),
+        ("lock_status", 500, InvalidLockArgumentError),
+        ("lock_retry_after", 1.5, LockArgumentTypeError),
+        ("lock_key", 42, LockArgumentTypeError),
+    ],
+)
+def test_mixin__every_bad_attribute_is_refused_when_the_class_is_defined(
+    attribute: str, value: object, error: type[Exception]
+) -> None:
+    # At import, as @lock_view's arguments are: never first at a request, where an
+    # ``except LockError`` around the call could swallow it.
+    with pytest.raises(error):
+        type("Bad", (LockMixin, View), {attribute: value, "__module__": __name__})
+
+
 # Bad keys ------------------------------------------------------------------------------------
 
 
@@ -1057,8 +1077,11 @@ def test_mixin_bad_key_is_improperly_configured() -> None:
     "key", ["nope", "", [], (), 42, None, "url:", "header:", "post:", ["path", "nope"], [b"ip"]]
 )
 def test_bad_keys_are_refused_at_decoration(key: Any) -> None:
-    with pytest.raises(ImproperlyConfigured) as caught:
+    with pytest.raises(InvalidLockArgumentError) as caught:
         ok_view(key=key)
+    # A key of the wrong type is also a TypeError, a string naming no key a ValueError only.
+    wrong_type = not isinstance(key, (str, list, tuple)) or key == [b"ip"]
+    assert isinstance(caught.value, TypeError) == wrong_type
     message = str(caught.value)
     assert message.startswith(f"lock_view on {__name__}.ok_view.<locals>.view: ")
     for word in ("'user'", "'ip'", "'path'", "'session'", "'url:<kwarg>'", "'header:<name>'"):

@@ -6,12 +6,11 @@ import json
 from typing import Any
 
 import pytest
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse
 from django.test import AsyncRequestFactory, RequestFactory, override_settings
 from django.views import View
 
-from django_redis_lock import lock
+from django_redis_lock import InvalidLockArgumentError, lock
 from django_redis_lock.backends.base import LockInfo
 from django_redis_lock.decorators import lock_view
 from django_redis_lock.mixins import LockMixin
@@ -106,7 +105,7 @@ def test_a_template__gets_the_views_value() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "2", True, [2]])
 def test_a_bad_value__fails_when_the_view_is_defined(value: Any) -> None:
-    with pytest.raises(ImproperlyConfigured, match=r"retry_after must be a whole number"):
+    with pytest.raises(InvalidLockArgumentError, match=r"retry_after must be a whole number"):
         ok_view(retry_after=value)
 
 
@@ -144,7 +143,7 @@ def test_mixin__get_lock_retry_after_per_request_none_is_the_lease_left() -> Non
 
 
 def test_mixin__a_bad_lock_retry_after_fails_when_the_class_is_defined() -> None:
-    with pytest.raises(ImproperlyConfigured, match=r"LockMixin on .*Bad: retry_after must be"):
+    with pytest.raises(InvalidLockArgumentError, match=r"LockMixin on .*Bad: retry_after must be"):
 
         class Bad(Fixed):
             lock_retry_after = 0
