@@ -31,9 +31,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._arguments import HOST
-from ._names import MAX_READABLE, digest
-from ._validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
+from ._core.arguments import HOST
+from ._core.names import MAX_READABLE, digest
+from ._core.validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
 from .backends.base import AcquireRequest, LockInfo, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import (

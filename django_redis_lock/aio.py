@@ -18,10 +18,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle, Step, Withdraw
-from ._observe import Loss, LossReason
-from ._tasks import keep_until_done
-from ._validation import validate_ttl
+from ._core.background import keep_until_done
+from ._core.handle import LockHandle, Step, Withdraw
+from ._core.holds import Hold
+from ._core.observe import Loss, LossReason
+from ._core.owner import current_task_owner
+from ._core.validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
@@ -30,8 +32,6 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .handler import locks
-from .holds import Hold
-from .owner import current_task_owner
 
 __all__ = ["AsyncLock", "alock"]
 

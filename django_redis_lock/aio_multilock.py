@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from ._multi import MultiLockBase
+from ._core.multi import MultiLockBase
 from .aio import AsyncLock, _cancels, _raise_if_cancelled
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 from .handler import locks

@@ -11,10 +11,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from ._core.renewal import renewer
 from .backends.base import BaseLockBackend
 from .conf import DEFAULT_LOCKS, alias_problems, get_locks_setting, problems
 from .exceptions import InvalidLockBackendError
-from .renewal import renewer
 
 __all__ = ["LocksHandler", "locks", "reset_locks"]
 

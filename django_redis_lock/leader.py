@@ -21,11 +21,11 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from ._validation import validate_name, validate_on_lost
+from ._core.holds import held
+from ._core.validation import validate_name, validate_on_lost
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
 from .exceptions import LockError, LockLostError, LockNotAcquiredError, LockNotOwnedError
-from .holds import held
 from .lock import Lock
 
 __all__ = ["Campaign", "Term", "leader"]

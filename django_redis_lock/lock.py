@@ -15,14 +15,14 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._handle import LockHandle, Step, WaitThenClaim
-from ._observe import Loss, LossReason
-from ._validation import validate_ttl
+from ._core.handle import LockHandle, Step, WaitThenClaim
+from ._core.holds import Hold
+from ._core.observe import Loss, LossReason
+from ._core.owner import current_owner
+from ._core.validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import LockArgumentTypeError, LockError, LockNotOwnedError
 from .handler import locks
-from .holds import Hold
-from .owner import current_owner
 
 __all__ = ["Lock", "current_owner", "lock"]
 

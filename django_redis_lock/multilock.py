@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from ._multi import MultiLockBase
+from ._core.multi import MultiLockBase
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 from .handler import locks
 from .lock import Lock

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ._validation import refuse_limit_and_min_hold
+from ._core.validation import refuse_limit_and_min_hold
 from .aio import AsyncLock
 from .backends.base import SHARED
 from .conf import DEFAULT_ALIAS

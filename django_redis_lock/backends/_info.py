@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..owner import MIN_HOLD_PREFIX
+from .._core.owner import MIN_HOLD_PREFIX
 from ._holder import parse_holder_metadata
 
 __all__ = ["LockInfo", "WaiterInfo"]

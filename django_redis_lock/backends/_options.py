@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from .._validation import validate_switch_duration, validate_ttl
+from .._core.validation import validate_switch_duration, validate_ttl
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError
 
 __all__ = ["OptionRules", "Problem"]

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 
 from asgiref.sync import sync_to_async
 
+from .._core.owner import MIN_HOLD_PREFIX
 from ..exceptions import InvalidLockArgumentError, LockError
-from ..owner import MIN_HOLD_PREFIX
 from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
 from ._info import LockInfo, WaiterInfo

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
+from .._core.owner import new_attempt
 from ..exceptions import InvalidLockArgumentError, LockError
-from ..owner import new_attempt
 from ._quorum import Failed, Quorum, answer
 from ._redis.options import (
     CONNECTION_OPTIONS,

@@ -29,7 +29,7 @@ import redis
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler
 from django.conf import settings
 
-from .._validation import validate_name, validate_ttl
+from .._core.validation import validate_name, validate_ttl
 from ..backends.redis import RedisBackend
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockBackendError, LockArgumentTypeError, LockError

@@ -17,7 +17,7 @@ from typing import Any
 from celery import Task
 from celery.local import Proxy
 
-from .._names import digest
+from .._core.names import digest
 from .._single_instance import (
     CLAIM_PREFIX,
     MAX_READABLE_NAME,

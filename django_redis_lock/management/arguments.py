@@ -10,7 +10,7 @@ from typing import NoReturn
 
 from django.core.management.base import CommandError, CommandParser
 
-from .._validation import validate_name
+from .._core.validation import validate_name
 from ..exceptions import InvalidLockArgumentError
 
 __all__ = ["LocksParser", "lock_name", "seconds", "whole_number"]

@@ -20,8 +20,8 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
-from .._tasks import keep_until_done
-from .._validation import validate_timeout, validate_ttl
+from .._core.background import keep_until_done
+from .._core.validation import validate_timeout, validate_ttl
 from ..aio import AsyncLock
 from ..backends.base import LockInfo
 from ..conf import DEFAULT_ALIAS

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from .._names import MAX_READABLE, digest
+from .._core.names import MAX_READABLE, digest
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 
 __all__ = ["KEY_WORDS", "Key", "client_ip", "request_key", "validate_key"]

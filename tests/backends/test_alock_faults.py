@@ -26,11 +26,11 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
+from django_redis_lock._core.owner import current_owner, current_task_owner
+from django_redis_lock._core.renewal import renewer
 from django_redis_lock.backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
-from django_redis_lock.owner import current_owner, current_task_owner
-from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_acquired
 from django_redis_lock.testing import RedisServer
 from tests.support import workers

@@ -23,7 +23,7 @@ import pytest
 import redis as redis_py
 
 from django_redis_lock import locks, rwlock
-from django_redis_lock._handle import WAIT_SLICE
+from django_redis_lock._core.handle import WAIT_SLICE
 from tests.support import rwlock_workers
 from tests.support.helpers import eventually, in_thread
 from tests.support.rwlock_workers import NAME, side_of

@@ -31,8 +31,8 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock, lock, lock_all, locks, rwlock
+from django_redis_lock._core.owner import current_owner, current_task_owner
 from django_redis_lock.backends.redis import RedisBackend
-from django_redis_lock.owner import current_owner, current_task_owner
 from django_redis_lock.testing.topologies import SentinelRedis
 from tests.support.helpers import in_thread
 

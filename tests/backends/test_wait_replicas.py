@@ -22,8 +22,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
+from django_redis_lock._core.owner import current_owner
 from django_redis_lock.backends.redis import RedisBackend
-from django_redis_lock.owner import current_owner
 from django_redis_lock.testing.topologies import ReplicatedRedis
 from tests.support.helpers import eventually
 

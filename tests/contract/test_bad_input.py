@@ -17,7 +17,7 @@ from django_redis_lock import (
     alock,
     lock,
 )
-from django_redis_lock._validation import MAX_NAME_LENGTH, MAX_SECONDS
+from django_redis_lock._core.validation import MAX_NAME_LENGTH, MAX_SECONDS
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend

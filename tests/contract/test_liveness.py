@@ -12,8 +12,8 @@ import pytest
 import redis as redis_py
 
 from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks
+from django_redis_lock._core.renewal import renewer
 from django_redis_lock.backends.base import AcquireRequest, BaseLockBackend, holder_metadata
-from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_acquired, lock_lost, lock_released
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually, in_thread, queued

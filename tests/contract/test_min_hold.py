@@ -25,6 +25,7 @@ from django_redis_lock import (
     alock,
     lock,
 )
+from django_redis_lock._core.owner import current_owner
 from django_redis_lock.backends.base import (
     MIN_HOLD_PREFIX,
     AcquireRequest,
@@ -32,7 +33,6 @@ from django_redis_lock.backends.base import (
     LockInfo,
     holder_metadata,
 )
-from django_redis_lock.owner import current_owner
 from tests.support import fault_workers
 from tests.support.helpers import eventually, in_thread
 

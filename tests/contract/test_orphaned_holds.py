@@ -19,10 +19,10 @@ from django.conf import settings
 from django.test import override_settings
 
 from django_redis_lock import LockLostError, lock, locks
+from django_redis_lock._core.holds import held
+from django_redis_lock._core.owner import current_owner
+from django_redis_lock._core.renewal import renewer
 from django_redis_lock.backends.base import BaseLockBackend
-from django_redis_lock.holds import held
-from django_redis_lock.owner import current_owner
-from django_redis_lock.renewal import renewer
 from django_redis_lock.signals import lock_lost
 from tests.support.helpers import eventually
 

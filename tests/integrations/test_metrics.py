@@ -14,7 +14,7 @@ from django.test import override_settings
 from prometheus_client import REGISTRY, generate_latest
 
 from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks
-from django_redis_lock._observe import LossReason, observers
+from django_redis_lock._core.observe import LossReason, observers
 from django_redis_lock.contrib.prometheus import LockMetrics, disable, enable
 from django_redis_lock.contrib.prometheus.families import default_family, family_of
 from tests.support.helpers import eventually, python_without_settings
@@ -239,7 +239,7 @@ def test_without_the_app__taking_a_lock_imports_no_prometheus_client() -> None:
         "os.environ['DJANGO_SETTINGS_MODULE'] = 'tests.settings'\n"
         "import django; django.setup()\n"
         "from django_redis_lock import lock\n"
-        "from django_redis_lock._observe import observers\n"
+        "from django_redis_lock._core.observe import observers\n"
         "with lock('reports:daily', using='locmem'):\n"
         "    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('prometheus')), observers)\n"

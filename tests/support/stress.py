@@ -117,7 +117,7 @@ def _hold(rng: random.Random, ttl: float) -> float:
 
 def _lease_end(handle: Any) -> str:
     """When an unrenewed hold's lease ends, as the lock told its holder ("-": renewed)."""
-    from django_redis_lock.holds import held
+    from django_redis_lock._core.holds import held
 
     if handle.auto_renew:
         return "-"

@@ -75,7 +75,7 @@ def _tokens(names: list[str], held: dict[str, int]) -> dict[str, int]:
 
 
 def _enter(logs: dict[str, _Log], tokens: dict[str, int], renewed: bool) -> None:
-    from django_redis_lock.holds import held
+    from django_redis_lock._core.holds import held
 
     now = time.monotonic_ns()
     for name, token in tokens.items():

@@ -36,11 +36,11 @@ except ImportError as exc:
         extra="health-check",
     ) from exc
 
+from ..._core.renewal import renewer
 from ...backends.base import BaseLockBackend
 from ...conf import DEFAULT_ALIAS
 from ...exceptions import InvalidLockBackendError, LockError
 from ...handler import locks
-from ...renewal import renewer
 from ...signals import lock_lost
 
 __all__ = ["LockBackend", "LockRenewal"]

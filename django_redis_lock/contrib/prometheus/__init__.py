@@ -37,9 +37,9 @@ except ImportError as exc:
         extra="prometheus",
     ) from exc
 
-from ..._observe import LossReason, Observer, observers
+from ..._core.holds import held
+from ..._core.observe import LossReason, Observer, observers
 from ...backends.base import BaseLockBackend
-from ...holds import held
 from .families import default_family, family_of
 
 __all__ = ["PREFIX", "LockMetrics", "default_family", "disable", "enable", "family_of"]

@@ -1,6 +1,6 @@
 """What a lock handle was asked for: its arguments, checked once, and what they mean per call.
 
-:class:`LockArguments` is the base of :class:`~django_redis_lock._handle.LockHandle`: the
+:class:`LockArguments` is the base of :class:`~django_redis_lock._core.handle.LockHandle`: the
 lease a call takes, the blocking and timeout an ``acquire()`` or a ``with`` block means, and
 the holder details recorded with each hold.
 """
@@ -12,7 +12,11 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._validation import (
+from ..backends.base import SHARED, BaseLockBackend, holder_metadata
+from ..conf import DEFAULT_ALIAS
+from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
+from ..handler import locks
+from .validation import (
     validate_flag,
     validate_limit,
     validate_metadata,
@@ -24,10 +28,6 @@ from ._validation import (
     validate_timeout,
     validate_ttl,
 )
-from .backends.base import SHARED, BaseLockBackend, holder_metadata
-from .conf import DEFAULT_ALIAS
-from .exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
-from .handler import locks
 
 if TYPE_CHECKING:
     from .holds import Hold

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import BaseLockBackend
+from ..backends.base import BaseLockBackend
 
 __all__ = [
     "UNWATCHED",

@@ -17,23 +17,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from ._handle import LockHandle
-from ._observe import Watch, observers
-from ._validation import (
+from ..backends.base import AcquireAllResult, AcquireRequest, BaseLockBackend
+from ..conf import DEFAULT_ALIAS
+from ..exceptions import (
+    LockLostError,
+    LockNotAcquiredError,
+    LockNotOwnedError,
+)
+from .handle import LockHandle
+from .holds import Hold
+from .observe import Watch, observers
+from .owner import new_attempt
+from .validation import (
     refuse_limit_and_min_hold,
     validate_flag,
     validate_names,
     validate_on_lost,
 )
-from .backends.base import AcquireAllResult, AcquireRequest, BaseLockBackend
-from .conf import DEFAULT_ALIAS
-from .exceptions import (
-    LockLostError,
-    LockNotAcquiredError,
-    LockNotOwnedError,
-)
-from .holds import Hold
-from .owner import new_attempt
 
 __all__ = ["Acquisition", "AtOnce", "MultiLockBase"]
 

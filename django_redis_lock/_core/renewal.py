@@ -34,9 +34,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ._observe import Loss, LossReason, notify, observers
-from .backends.base import BaseLockBackend
-from .exceptions import LockError
+from ..backends.base import BaseLockBackend
+from ..exceptions import LockError
+from .observe import Loss, LossReason, notify, observers
 
 __all__ = ["Lease", "Renewer", "Undo", "renewer"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from dataclasses import dataclass
 
-from .backends.base import AcquireRequest, AcquireResult
+from ..backends.base import AcquireRequest, AcquireResult
 
 __all__ = ["Step", "Steps", "WaitThenClaim", "Withdraw"]
 

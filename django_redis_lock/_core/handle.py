@@ -11,11 +11,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ._losses import LossReports
-from ._observe import UNWATCHED, Loss, LossReason, Unwatched, Watch, observers
-from ._steps import Step, Steps, WaitThenClaim, Withdraw
-from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
-from .exceptions import (
+from ..backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from ..exceptions import (
     BackendUnavailableError,
     InvalidLockArgumentError,
     LockError,
@@ -23,8 +20,11 @@ from .exceptions import (
     LockNotOwnedError,
 )
 from .holds import Hold, held, known_holds
+from .losses import LossReports
+from .observe import UNWATCHED, Loss, LossReason, Unwatched, Watch, observers
 from .owner import new_attempt
 from .renewal import Lease, renewer
+from .steps import Step, Steps, WaitThenClaim, Withdraw
 
 __all__ = ["REGISTRATION_MARGIN", "LockHandle", "Step", "Steps", "WaitThenClaim", "Withdraw"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ._arguments import LockArguments
-from ._observe import Loss
+from .arguments import LockArguments
 from .holds import Hold, held
+from .observe import Loss
 from .renewal import renewer
 
 __all__ = ["LossReports"]

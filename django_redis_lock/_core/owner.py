@@ -16,7 +16,7 @@ import secrets
 import threading
 import weakref
 
-from .exceptions import LockError
+from ..exceptions import LockError
 
 __all__ = ["MIN_HOLD_PREFIX", "current_owner", "current_task_owner", "new_attempt"]
 

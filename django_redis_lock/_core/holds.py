@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.dispatch import Signal
 
-from ._observe import Loss, notify, observers
-from ._tasks import keep_until_done
+from ..signals import lock_acquired, lock_lost, lock_released
+from .background import keep_until_done
+from .observe import Loss, notify, observers
 from .renewal import Lease
-from .signals import lock_acquired, lock_lost, lock_released
 
 if TYPE_CHECKING:
-    from .backends.base import BaseLockBackend
+    from ..backends.base import BaseLockBackend
 
 __all__ = ["Hold", "Holder", "held", "known_holds"]
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .exceptions import InvalidLockArgumentError, LockArgumentTypeError
+from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 from .owner import MIN_HOLD_PREFIX
 
 #: The longest lock name accepted, in characters.
