@@ -63,8 +63,8 @@ GROUPS = (
     ("handle loop (_core/handle.py)", ("django_redis_lock/_core/handle.py",)),
     ("Lock/AsyncLock drivers", ("django_redis_lock/lock.py", "django_redis_lock/aio.py")),
     (
-        "arguments (_core/arguments, validation)",
-        ("django_redis_lock/_core/arguments.py", "django_redis_lock/_core/validation.py"),
+        "arguments (_core/lock_arguments, validation)",
+        ("django_redis_lock/_core/lock_arguments.py", "django_redis_lock/_core/validation.py"),
     ),
     ("holds and signals", ("django_redis_lock/_core/holds.py", "/django/dispatch/")),
     ("owner and attempt (_core/owner.py)", ("django_redis_lock/_core/owner.py",)),

@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._core.arguments import HOST
+from ._core.lock_arguments import HOST
 from ._core.names import MAX_READABLE, digest
 from ._core.validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
 from .backends.base import AcquireRequest, LockInfo, holder_metadata

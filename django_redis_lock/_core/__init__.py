@@ -1,7 +1,7 @@
 """What every lock handle decides, private to the package: import from the public faces instead.
 
 The acquire loop (:mod:`.steps`, :mod:`.handle`), a handle's arguments and their rules
-(:mod:`.arguments`, :mod:`.validation`), what an owner holds (:mod:`.holds`, :mod:`.owner`),
+(:mod:`.lock_arguments`, :mod:`.validation`), what an owner holds (:mod:`.holds`, :mod:`.owner`),
 lease renewal and withdrawals (:mod:`.renewal`), how a loss is reported (:mod:`.losses`), the
 metrics hooks (:mod:`.observe`), the multi-lock's plan (:mod:`.multi`), long names
 (:mod:`.names`) and the asyncio tasks kept alive until done (:mod:`.background`).

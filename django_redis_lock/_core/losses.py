@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .arguments import LockArguments
 from .holds import Hold, held
+from .lock_arguments import LockArguments
 from .observe import Loss
 from .renewal import renewer
 

@@ -41,7 +41,7 @@ from asgiref.sync import sync_to_async
 from django.dispatch import receiver
 from django.utils import timezone
 
-from .._core.arguments import HOST
+from .._core.lock_arguments import HOST
 from .._single_instance import KeySpec, SingleInstance, configure, refuse_run
 from ..aio import AsyncLock
 from ..conf import DEFAULT_ALIAS

@@ -21,7 +21,7 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_redis_lock import locks, rwlock
-from django_redis_lock._core.arguments import HOST
+from django_redis_lock._core.lock_arguments import HOST
 from django_redis_lock.admin import LockAdmin
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from django_redis_lock import locks, rwlock
-from django_redis_lock._core.arguments import HOST
+from django_redis_lock._core.lock_arguments import HOST
 from django_redis_lock.backends.base import LockInfo, WaiterInfo, holder_metadata
 from django_redis_lock.listing import (
     TaskRecord,

@@ -25,7 +25,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_redis_lock import locks, rwlock
-from django_redis_lock._core.arguments import HOST
+from django_redis_lock._core.lock_arguments import HOST
 from django_redis_lock.backends.base import (
     AcquireRequest,
     AcquireResult,
