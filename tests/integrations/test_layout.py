@@ -1,6 +1,7 @@
 """The package's shape: no module past 400 lines, no import cycle (TYPE_CHECKING included),
-layers that import downwards only, one module that imports the task framework, and a map in
-docs/architecture.rst that names every module and subpackage of the top two levels."""
+layers that import downwards only, one module that imports the task framework, no new module
+name shared by two modules, and a map in docs/architecture.rst that names every module and
+subpackage of the top two levels."""
 
 from __future__ import annotations
 
@@ -217,6 +218,29 @@ def test_importing_the_package_loads_no_integration_nor_celery_nor_the_admin() -
         if host.split(".")[0] in {"celery", "kombu"} or host.startswith("django.contrib.admin")
     )
     assert (layers, hosts) == ([], [])
+
+
+#: Module names that several modules share, each with the paths that share it. ``apps`` is
+#: Django's convention and ``cluster`` one subject (a backend, a test topology); ``keys``,
+#: ``listing`` and ``options`` mean different things and are the next names to part.
+SHARED_NAMES = {
+    "apps": {"apps.py", "contrib/health_check/apps.py", "contrib/prometheus/apps.py"},
+    "cluster": {"backends/cluster.py", "testing/topologies/cluster.py"},
+    "keys": {"backends/_redis/keys.py", "celery/keys.py", "viewlock/keys.py"},
+    "listing": {"listing.py", "management/listing.py"},
+    "options": {"backends/_options.py", "backends/_redis/options.py"},
+}
+
+
+def test_no_new_module_name_is_shared() -> None:
+    # A leading underscore marks privacy, not meaning: _options.py and options.py share a name.
+    by_name: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py" and "migrations" not in path.parts:
+            by_name.setdefault(path.stem.lstrip("_"), set()).add(
+                path.relative_to(PACKAGE).as_posix()
+            )
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == SHARED_NAMES
 
 
 MAP = ROOT / "docs" / "architecture.rst"
