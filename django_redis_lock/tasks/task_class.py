@@ -12,7 +12,7 @@ with Django's own class. ``django.tasks``' ``Task`` is never changed.
 
 from __future__ import annotations
 
-from typing import ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 
@@ -25,7 +25,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class SingleInstanceTask(Task[P, T]):
+# Generic through Generic[P, T]: the backport's Task is generic, Django 6's is not (and cannot
+# be subscripted), so the base is named bare for both.
+class SingleInstanceTask(Task, Generic[P, T]):  # type: ignore[type-arg]
     """A ``django.tasks`` task that honours ``@single_instance(enqueue=...)`` when enqueued.
 
     Name it as the ``task_class`` of the backends whose tasks use ``enqueue=``::

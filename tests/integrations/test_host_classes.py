@@ -28,6 +28,11 @@ if find_spec("django.tasks") is not None:
 else:
     import django_tasks.base as tasks_base
 assert not any(name.startswith("django_redis_lock") for name in sys.modules)
+# django-tasks and django-tasks-db run django_stubs_ext.monkeypatch() when imported, which
+# gives Django's own Task a __class_getitem__: their doing, done before the snapshot.
+for name in ("django_tasks", "django_tasks_db"):
+    if find_spec(name) is not None:
+        __import__(name)
 classes = {"celery": celery.app.task.Task, "django.tasks": tasks_base.Task}
 before = {label: dict(vars(cls)) for label, cls in classes.items()}
 
@@ -59,11 +64,16 @@ app.finalize()
 assert [app.tasks[name].delay(1).get() for name in ("bare", "locked", "skipping")] == [1, 1, 1]
 plain = [app.tasks[name] for name in ("bare", "locked", "shared")]
 
+# Each Task is bound to its function's name, as @task does: Django 6.1's DummyBackend copies a
+# result's task by its import path.
 def counted(n): return n
 def claimed(n): return n
-counted_task = task(backend="plain")(single_task_instance("{n}")(counted))
-claimed_task = task(backend="plain")(single_task_instance("{n}", enqueue="raise")(claimed))
-claimed_here = task(backend="dummy")(single_task_instance("{n}", enqueue="raise")(claimed))
+def claimed_here(n): return n
+counted_task = counted = task(backend="plain")(single_task_instance("{n}")(counted))
+claimed_task = claimed = task(backend="plain")(
+    single_task_instance("{n}", enqueue="raise")(claimed)
+)
+claimed_here = task(backend="dummy")(single_task_instance("{n}", enqueue="raise")(claimed_here))
 counted_task.enqueue(1)
 claimed_task.using(priority=0).enqueue(2)
 
