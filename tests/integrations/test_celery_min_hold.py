@@ -24,17 +24,10 @@ pytestmark = pytest.mark.slow
 WINDOW = 3.0
 
 
-@pytest.fixture(scope="module")
-def worker(redis_url: str) -> Iterator[dict[str, Any]]:
-    """One real prefork worker with two children."""
-    with celery_harness.running_worker(redis_url, "window", concurrency=2) as worker:
-        yield worker
-
-
 @pytest.fixture
-def w(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The worker, with no event, message or lock left from an earlier test."""
-    with celery_harness.fresh(worker):
+def w(celery_pair: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The package's real worker (prefork, two children), with nothing left from earlier."""
+    with celery_harness.fresh(celery_pair) as worker:
         yield worker
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import gc
 import os
-import secrets
 import signal
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis as redis_py
 
 from tests.support import celery_harness
 from tests.support.celery_harness import assert_no_overlap
@@ -19,20 +17,17 @@ from tests.support.celery_harness import assert_no_overlap
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def worker(redis_url: str) -> Iterator[dict[str, Any]]:
-    """Start one real worker for the module; yield the app and the event log's client."""
-    prefix = f"celery-{secrets.token_hex(4)}"
-    with celery_harness.celery_worker(redis_url, prefix):
-        app = celery_harness.celery_app(redis_url, prefix)
-        yield {"app": app, "client": redis_py.Redis.from_url(redis_url), "prefix": prefix}
+@pytest.fixture
+def worker(celery_pair: dict[str, Any]) -> dict[str, Any]:
+    """The package's real worker (prefork, two children); the app and the event log's client."""
+    return celery_pair
 
 
 @pytest.fixture
 def tasks(worker: dict[str, Any]) -> Iterator[Any]:
     """The test tasks, with an empty event log and no lock left from an earlier test."""
     celery_harness.clear(worker["client"], worker["prefix"])
-    yield worker["app"]
+    yield celery_harness.celery_app(worker["url"], worker["prefix"])
     # The test's results are garbage now: let them unsubscribe (Celery 5.6 does so in
     # __del__) while the server is still running, not at the end of the session.
     gc.collect()

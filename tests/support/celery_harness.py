@@ -56,12 +56,15 @@ def running_worker(redis_url: str, name: str, *, concurrency: int = 2) -> Iterat
 def fresh(worker: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Give one test the worker of :func:`running_worker` with no event or lock left over.
 
-    The package's ``LOCKS`` point at the worker's prefix for the test.
+    The app sends to the worker's queue again (a worker shared by several modules may have
+    seen another module's worker started since), and the package's ``LOCKS`` point at the
+    worker's prefix for the test.
     """
     from django.test import override_settings
 
     from tests.support.helpers import locks_setting
 
+    celery_app(worker["url"], worker["prefix"])
     clear(worker["client"], worker["prefix"])
     with override_settings(LOCKS=locks_setting(worker["url"], worker["prefix"])):
         yield worker
