@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 from django.test import override_settings
 
+from django_redis_lock.backends import locmem
 from django_redis_lock.testing.topologies import IndependentMasters, RedisClusterServers
+from tests.support.clock import Clock, ManualClock, RealClock
 from tests.support.helpers import locks_setting
 
 #: What a backend may lack by design; ``needs`` accepts these names only.
@@ -102,3 +104,18 @@ def using(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> Iterat
         servers["redlock_urls"] = masters.urls
     with override_settings(LOCKS=locks_setting(redis_url, prefix, **servers)):
         yield contract_backend.alias
+
+
+@pytest.fixture
+def clock(using: str, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The clock the backend under test ends its leases on, for a test to pass time on.
+
+    On LocMem, a clock that moves only when the test sleeps on it, in place of the module's
+    ``time``: its windows and leases end without a wait. Elsewhere the real clock: the server
+    ends them, and the test waits.
+    """
+    if using != BACKENDS["locmem"].alias:
+        return RealClock()
+    manual = ManualClock()
+    monkeypatch.setattr(locmem, "time", manual)
+    return manual

@@ -34,6 +34,7 @@ from django_redis_lock.backends.base import (
     holder_metadata,
 )
 from tests.support import fault_workers
+from tests.support.clock import Clock
 from tests.support.helpers import eventually, in_thread
 
 META = holder_metadata(host="h", pid=1, thread="t")
@@ -42,9 +43,12 @@ META = holder_metadata(host="h", pid=1, thread="t")
 MARGIN = 0.25
 
 
-def sleep_until(moment: float) -> None:
-    """Sleep until the monotonic clock reads ``moment``: the tests here are about time."""
-    time.sleep(max(0.0, moment - time.monotonic()))
+def sleep_until(clock: Clock, moment: float) -> None:
+    """Sleep until ``clock`` reads ``moment``: the tests here are about time.
+
+    On LocMem, ``clock`` is the backend's own (conftest.py): it moves there at once.
+    """
+    clock.sleep(max(0.0, moment - clock.monotonic()))
 
 
 def try_other(name: str, using: str) -> bool:
@@ -65,16 +69,16 @@ def holders(backend: BaseLockBackend, name: str) -> list[LockInfo]:
 
 
 def test_min_hold__another_owner_is_refused_until_the_window_ends(
-    using: str, backend: BaseLockBackend
+    using: str, backend: BaseLockBackend, clock: Clock
 ) -> None:
-    before = time.monotonic()
+    before = clock.monotonic()
     with lock("minhold:other", using=using, min_hold=1.5):
-        acquired = time.monotonic()
-        time.sleep(0.1)
+        acquired = clock.monotonic()
+        clock.sleep(0.1)
     assert try_other("minhold:other", using) is False  # released, and still held
-    sleep_until(before + 1.0)
+    sleep_until(clock, before + 1.0)
     assert try_other("minhold:other", using) is False
-    sleep_until(acquired + 1.5 + MARGIN)
+    sleep_until(clock, acquired + 1.5 + MARGIN)
     assert try_other("minhold:other", using) is True
     assert holders(backend, "minhold:other") == []
 
@@ -101,23 +105,25 @@ def test_min_hold__the_listing_shows_the_window_held_by_nobody(
     assert 0 < (handle.ttl() or 0) <= 1.5
 
 
-def test_min_hold__the_same_owner_cannot_take_it_again_within_the_window(using: str) -> None:
+def test_min_hold__the_same_owner_cannot_take_it_again_within_the_window(
+    using: str, clock: Clock
+) -> None:
     handle = lock("minhold:same", using=using, min_hold=1.0)
     with handle:
-        acquired = time.monotonic()
+        acquired = clock.monotonic()
     assert handle.acquire(blocking=False) is False
     assert lock("minhold:same", using=using).acquire(blocking=False) is False
-    sleep_until(acquired + 1.0 + MARGIN)
+    sleep_until(clock, acquired + 1.0 + MARGIN)
     assert handle.acquire(blocking=False) is True
     handle.release()  # a new hold, and a new window
     assert lock("minhold:same", using=using).acquire(blocking=False) is False
 
 
 def test_min_hold__a_release_after_the_window_frees_the_lock_at_once(
-    using: str, backend: BaseLockBackend
+    using: str, backend: BaseLockBackend, clock: Clock
 ) -> None:
     with lock("minhold:late", using=using, min_hold=0.2):
-        time.sleep(0.2 + MARGIN)
+        clock.sleep(0.2 + MARGIN)
     assert holders(backend, "minhold:late") == []
     assert try_other("minhold:late", using) is True
 
@@ -129,15 +135,15 @@ def test_min_hold__zero_frees_the_lock_at_once(using: str, backend: BaseLockBack
 
 
 def test_min_hold__the_window_outlasts_a_shorter_lease(
-    using: str, backend: BaseLockBackend
+    using: str, backend: BaseLockBackend, clock: Clock
 ) -> None:
     """The window is kept by a holder that lives to release; a lease shorter than it is not."""
     with lock("minhold:short", using=using, ttl=0.5, min_hold=1.2, auto_renew=False):
-        acquired = time.monotonic()
-    sleep_until(acquired + 0.5 + MARGIN)
+        acquired = clock.monotonic()
+    sleep_until(clock, acquired + 0.5 + MARGIN)
     (kept,) = holders(backend, "minhold:short")
     assert kept.min_hold_of is not None
-    sleep_until(acquired + 1.2 + MARGIN)
+    sleep_until(clock, acquired + 1.2 + MARGIN)
     assert try_other("minhold:short", using) is True
 
 
@@ -179,12 +185,12 @@ def test_min_hold__a_waiter_queued_before_the_release_gets_nothing_until_the_win
     assert acquired + 1.0 - 0.05 <= got[0] <= acquired + 1.0 + 2.0 + MARGIN
 
 
-def test_min_hold__fencing_tokens_still_grow(using: str) -> None:
+def test_min_hold__fencing_tokens_still_grow(using: str, clock: Clock) -> None:
     handle = lock("minhold:fence", using=using, min_hold=1.0)
     with handle:
         first = handle.fencing_token
-        acquired = time.monotonic()
-    sleep_until(acquired + 1.0 + MARGIN)
+        acquired = clock.monotonic()
+    sleep_until(clock, acquired + 1.0 + MARGIN)
     with lock("minhold:fence", using=using) as again:
         assert first is not None
         assert again.fencing_token is not None
