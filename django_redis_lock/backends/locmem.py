@@ -235,7 +235,8 @@ class LocMemBackend(BaseLockBackend):
             holder.ends = now + ttl if replace else holder.ends + ttl
             if metadata is not None:
                 holder.metadata = metadata
-            return holder.ends - now
+            # (now + ttl) - now can round past ttl: a replaced lease has exactly ttl left.
+            return ttl if replace else holder.ends - now
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
         with self._opened(name) as (entry, now):
