@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 import redis
 
+from .._core.causes import caused_by
 from ..exceptions import BackendUnavailableError
 from ._quorum import Failed, Quorum
 from .base import AcquireResult
@@ -47,18 +48,7 @@ MAX_PAUSE = 1.0
 
 def refused(error: BaseException) -> bool:
     """Return whether ``error`` comes from a refused connection: the call was never sent."""
-    return _caused_by(error, ConnectionRefusedError)
-
-
-def _caused_by(
-    error: BaseException, kind: type[BaseException] | tuple[type[BaseException], ...]
-) -> bool:
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, kind):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return False
+    return caused_by(error, ConnectionRefusedError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,7 +158,7 @@ class Withdrawals:
                 lane.node.withdraw(try_.name, try_.owner, try_.holds, try_.attempt)
             except BackendUnavailableError as error:
                 self._failed(lane, error)
-                if _caused_by(error, (TimeoutError, redis.TimeoutError)):
+                if caused_by(error, (TimeoutError, redis.TimeoutError)):
                     # It waited a socket timeout already; sent again at once, a withdrawal is
                     # already on its way when a frozen master resumes.
                     failures = 0

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from kombu.exceptions import OperationalError
+
+from .._core.causes import causes
 
 __all__ = ["may_have_sent", "watch_attempts"]
 
@@ -72,7 +74,7 @@ def may_have_sent(app: Celery, errors: Iterable[BaseException]) -> bool:
 def _may_have_sent(error: BaseException, broker_errors: tuple[type[BaseException], ...]) -> bool:
     if not isinstance(error, Exception) or isinstance(error, INTERRUPTIONS):
         return True
-    links = list(_causes(error))
+    links = list(causes(error))
     for link in links:
         if CONNECT_PHASE.match(str(link)):
             return False  # the connection never opened, so nothing went through it
@@ -80,14 +82,6 @@ def _may_have_sent(error: BaseException, broker_errors: tuple[type[BaseException
         if isinstance(link, OSError):
             return not isinstance(link, NOTHING_SENT)
     return any(isinstance(link, (OperationalError, *broker_errors)) for link in links)
-
-
-def _causes(error: BaseException) -> Iterator[BaseException]:
-    # The error, then what it was raised from or while handling, as a traceback shows them.
-    link: BaseException | None = error
-    while link is not None:
-        yield link
-        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
 
 
 def _broker_errors(app: Celery) -> tuple[type[BaseException], ...]:
