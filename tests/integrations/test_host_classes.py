@@ -10,12 +10,9 @@ app, enqueues, and compares: every attribute is the very object it was.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.helpers import python_without_settings
 
 _SCRIPT = """
 import json, os, sys
@@ -105,14 +102,7 @@ print(json.dumps({
 
 
 def test_no_class_of_celery_or_django_is_changed__by_tasks_with_or_without_enqueue() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_SCRIPT)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = python_without_settings(textwrap.dedent(_SCRIPT))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["changed"] == {"celery": [], "django.tasks": []}, "same objects, none added"

@@ -48,6 +48,8 @@ django.setup()
 def run(blocked: list[str], code: str) -> dict[str, object]:
     """Run ``code`` with ``blocked`` uninstalled; it prints one JSON object, returned here."""
     script = _PRELUDE.format(blocked=blocked) + textwrap.dedent(code)
+    # Not helpers.python_without_settings: Celery's Django fixup, which autodiscovery needs,
+    # turns on only when DJANGO_SETTINGS_MODULE is in the environment.
     done = subprocess.run(
         [sys.executable, "-c", script],
         cwd=ROOT,
