@@ -34,7 +34,7 @@ from typing import Any, Literal
 from ._core.lock_arguments import HOST
 from ._core.names import MAX_READABLE, digest
 from ._core.validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
-from .backends.base import AcquireRequest, LockInfo, holder_metadata
+from .backends.base import AcquireRequest, LockInfo, ReleaseRequest, holder_metadata
 from .conf import DEFAULT_ALIAS
 from .exceptions import (
     DuplicateTaskError,
@@ -348,7 +348,7 @@ def claim(
         if again or (taken.acquired and taken.holds == 1):
             return None
         if taken.acquired:  # this owner held it already: the same task sent twice
-            backend.release(name, owner, taken.holds)
+            backend.release(name, owner, ReleaseRequest(holds=taken.holds))
         holder = _holder_of(config, task_name, name)
         if holder is not None:
             return holder

@@ -14,10 +14,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Literal, ParamSpec, TypeVar
 
+from ._core.aio import pending_cancels as _cancels
+from ._core.aio import raise_if_cancelled as _raise_if_cancelled
 from ._core.multi import MultiLockBase
-from .aio import AsyncLock, _cancels, _raise_if_cancelled
 from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
 from .handler import locks
+from .lock import AsyncLock
 
 __all__ = ["AsyncMultiLock", "alock_all"]
 

@@ -1,30 +1,38 @@
-"""The lock a user holds: :func:`lock` returns a :class:`Lock`.
+"""The lock a user holds: :func:`lock` builds a :class:`Lock`; :func:`alock`, its asyncio twin.
 
-A ``Lock`` is a cheap handle over a backend. It can be created at import time (as a decorator,
+A lock is a cheap handle over a backend. It can be created at import time (as a decorator,
 say): it reads settings only when first used. One handle may be shared by threads: each
-thread is its own owner, with its own hold count and fencing token.
+thread is its own owner, with its own hold count and fencing token. The asyncio twin keeps
+every promise of ``Lock`` on the same backends, keys and scripts, so blocking and asyncio
+code exclude each other on one name; its owner is the running asyncio *task*. Both drive the
+one acquire loop of ``_core/handle.py``; each only sends its steps, blocking or awaited.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
-import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ._core.handle import LockHandle, Step, WaitThenClaim
+from ._core.aio import finish, on_holders_loop, pending_cancels, raise_if_cancelled
+from ._core.handle import LockHandle, Step, WaitThenClaim, Withdraw
 from ._core.holds import Hold
-from ._core.observe import Loss, LossReason
-from ._core.owner import current_owner
+from ._core.owner import TASKS, current_owner
 from ._core.validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
-from .exceptions import LockArgumentTypeError, LockError, LockNotOwnedError
+from .exceptions import (
+    BackendUnavailableError,
+    LockArgumentTypeError,
+    LockError,
+    LockNotOwnedError,
+)
 from .handler import locks
 
-__all__ = ["Lock", "current_owner", "lock"]
+__all__ = ["AsyncLock", "Lock", "alock", "current_owner", "lock"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -58,24 +66,6 @@ class Lock(LockHandle):
     say): every thread using the handle is then that one owner, and anyone who knows the
     token can release what it holds (as a Celery worker does for a task whose process died).
     """
-
-    def _owner_token(self) -> str:
-        return current_owner() if self.owner is None else self.owner
-
-    def _where(self) -> str:
-        return threading.current_thread().name
-
-    def _orphan_check(self) -> Callable[[], Loss | None] | None:
-        if self.owner is not None:
-            return None  # a token of the caller's own outlives the thread that took it
-        thread = threading.current_thread()
-
-        def orphaned() -> Loss | None:
-            if thread.is_alive():
-                return None
-            return Loss(LossReason.OWNER_ENDED, "the thread holding it ended without releasing it")
-
-        return orphaned
 
     # Acquiring and releasing -----------------------------------------------------------------
 
@@ -135,10 +125,7 @@ class Lock(LockHandle):
 
     def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
-            count = None if hold is None else hold.count
-            # min_hold only when asked for: a backend written before it keeps working.
-            window = {"min_hold": self.min_hold} if self.min_hold else {}
-            left = backend.release(self.name, owner, count, **window)
+            left = backend.release(self.name, owner, self._release_request(hold))
         except LockError:
             self._release_failed(owner, hold)
             raise
@@ -184,17 +171,6 @@ class Lock(LockHandle):
 
     # Context manager and decorator -----------------------------------------------------------
 
-    def __enter__(self) -> Lock:
-        return self._enter()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self._leave(exc)
-
     def _enter(self) -> Lock:
         """Acquire as entering a ``with`` block does: renewed, or LockNotAcquiredError.
 
@@ -203,6 +179,8 @@ class Lock(LockHandle):
         if not self._acquire(*self._block_arguments()):
             raise self._not_acquired()
         return self
+
+    __enter__ = _enter
 
     def _leave(self, exc: BaseException | None = None) -> None:
         """Release as leaving a ``with`` block does, ``exc`` being the block's own error.
@@ -214,6 +192,14 @@ class Lock(LockHandle):
         with contextlib.suppress(LockNotOwnedError):  # reported as lost by the release
             self._release(backend, owner, hold)
         self._left(hold, exc)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._leave(exc)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding this lock."""
@@ -235,3 +221,175 @@ class Lock(LockHandle):
 
 #: ``lock(name, ...)`` builds a :class:`Lock`: the name reads well in ``with lock(...):``.
 lock = Lock
+
+
+class AsyncLock(LockHandle):
+    """A distributed, reentrant, fenced lock for asyncio code; see :class:`~.Lock`.
+
+    It takes the same arguments and behaves the same, with ``await`` before what may wait on
+    the backend: ``await l.acquire()``, ``await l.release()``, ``await l.extend(5)``,
+    ``async with alock(name):``, and ``@alock(name)`` on a coroutine function. The owner is
+    the calling asyncio task (or the ``owner`` token given); tasks that share one handle are
+    still different owners. Renewal runs in the process's renewal thread, so a busy event
+    loop does not lose its leases; it stops when the holding task ends or its event loop
+    closes, and the lease then runs out. ``on_lost`` is called on the holder's event loop; if
+    it returns an awaitable, that is run as a task there. A task cancelled while it waits
+    leaves nothing behind.
+    """
+
+    _owners = TASKS
+
+    def _on_lost_callback(self) -> Callable[[], None] | None:
+        # Called from the renewal thread: the callback runs on the holder's own loop.
+        on_lost = self.on_lost
+        return None if on_lost is None else on_holders_loop(self.name, lambda: on_lost(self))
+
+    # Acquiring and releasing -----------------------------------------------------------------
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire the lock; return whether it was acquired. See :meth:`.Lock.acquire`.
+
+        A task cancelled while acquiring leaves no trace: it leaves the queue of waiters, and
+        a lock handed to it meanwhile is released to the next one.
+        """
+        return await self._acquire(*self._acquire_arguments(blocking, timeout))
+
+    async def _acquire(self, blocking: bool, timeout: float | None, renew: bool) -> bool:
+        # The loop decides; this sends its calls, and throws their errors back in.
+        backend, owner = locks[self.using], self._owner_token()
+        steps = self._steps(backend, owner, blocking, timeout, renew=renew)
+        task = asyncio.current_task()
+        cancels = pending_cancels(task)
+        try:
+            call = next(steps)
+            while True:
+                try:
+                    reply = await self._call(backend, owner, call, task, cancels)
+                except BaseException as error:
+                    call = steps.throw(error)
+                else:
+                    call = steps.send(reply)
+        except StopIteration as done:
+            return bool(done.value)
+        except BackendUnavailableError:
+            raise_if_cancelled(task, cancels)  # the client's time-out stood for a cancellation
+            raise
+
+    async def _call(
+        self,
+        backend: BaseLockBackend,
+        owner: str,
+        call: Step,
+        task: asyncio.Task[object] | None,
+        cancels: int,
+    ) -> AcquireResult | None:
+        if isinstance(call, Withdraw):
+            # Seen to its end even if the task is cancelled again meanwhile.
+            await finish(backend.awithdraw(self.name, owner, call.holds, call.attempt))
+            return None
+        if isinstance(call, AcquireRequest):
+            reply = await backend.aacquire(self.name, owner, call)
+        else:
+            reply = await backend.await_and_claim(self.name, owner, call.seconds, call.request)
+        raise_if_cancelled(task, cancels)
+        return reply
+
+    async def release(self) -> None:
+        """Drop one hold of the calling task; see :meth:`.Lock.release`."""
+        backend, owner = locks[self.using], self._owner_token()
+        await self._release(backend, owner, self._before_release(backend, owner))
+
+    async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
+        try:
+            left = await backend.arelease(self.name, owner, self._release_request(hold))
+        except asyncio.CancelledError:
+            if hold is None:
+                raise
+            # Cancelled mid-release: finish the release whatever its reply would have said.
+            left = hold.count - 1
+            try:
+                left = await finish(backend.awithdraw(self.name, owner, left, hold.attempt))
+            except LockError:
+                self._release_failed(owner, hold)
+                raise
+            self._released(owner, hold, left)
+            raise
+        except LockError:
+            self._release_failed(owner, hold)
+            raise
+        self._released(owner, hold, left)
+
+    async def extend(self, seconds: float, *, replace: bool = False) -> float:
+        """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it."""
+        seconds = validate_ttl(seconds, argument="seconds", lock_name=self.name)
+        owner = self._owner_token()
+        return self._extended(
+            await self.backend.aextend(self.name, owner, seconds, replace=replace)
+        )
+
+    async def check(self) -> None:
+        """Raise :class:`LockLostError` if the caller's hold is lost; see :meth:`.Lock.check`."""
+        hold, ask = self._hold_to_check()
+        self._checked(hold, not ask or await self.backend.attl(self.name, hold.owner) is not None)
+
+    # Inspection ------------------------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """Return whether any owner holds the lock."""
+        return await self.backend.alocked(self.name)
+
+    async def owned(self) -> bool:
+        """Return whether the calling task holds the lock."""
+        return await self.backend.attl(self.name, self._owner_token()) is not None
+
+    async def ttl(self) -> float | None:
+        """Return the seconds left of the caller's lease (else of the current holder's)."""
+        backend = self.backend
+        remaining = await backend.attl(self.name, self._owner_token())
+        return await backend.attl(self.name) if remaining is None else remaining
+
+    # Context manager and decorator -----------------------------------------------------------
+
+    async def _enter(self) -> AsyncLock:
+        """Acquire as entering an ``async with`` block does; see :meth:`.Lock._enter`."""
+        if not await self._acquire(*self._block_arguments()):
+            raise self._not_acquired()
+        return self
+
+    __aenter__ = _enter
+
+    async def _leave(self, exc: BaseException | None = None) -> None:
+        """Release as leaving an ``async with`` block does; see :meth:`.Lock._leave`."""
+        backend, owner = locks[self.using], self._owner_token()
+        hold = self._before_release(backend, owner)
+        with contextlib.suppress(LockNotOwnedError):  # reported as lost by the release
+            await self._release(backend, owner, hold)
+        self._left(hold, exc)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self._leave(exc)
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate the coroutine function ``func`` so each call runs holding this lock."""
+        if not inspect.iscoroutinefunction(func):
+            raise LockArgumentTypeError(
+                f"alock() decorates coroutine functions; {func!r} is not one. Use lock() "
+                "for plain functions.",
+                lock_name=self.name,
+            )
+
+        @functools.wraps(func)
+        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self:
+                return await func(*args, **kwargs)
+
+        return locked_call
+
+
+#: ``alock(name, ...)`` builds an :class:`AsyncLock`: ``async with alock(...):``.
+alock = AsyncLock

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from ._core.validation import refuse_limit_and_min_hold
-from .aio import AsyncLock
 from .backends.base import SHARED
 from .conf import DEFAULT_ALIAS
-from .lock import Lock
+from .lock import AsyncLock, Lock
 
 __all__ = ["AsyncReadWriteLock", "ReadWriteLock", "arwlock", "rwlock"]
 

@@ -4,7 +4,7 @@ The acquire loop (:mod:`.steps`, :mod:`.handle`), a handle's arguments and their
 (:mod:`.lock_arguments`, :mod:`.validation`), what an owner holds (:mod:`.holds`, :mod:`.owner`),
 lease renewal and withdrawals (:mod:`.renewal`), how a loss is reported (:mod:`.losses`), the
 metrics hooks (:mod:`.observe`), the multi-lock's plan (:mod:`.multi`), long names
-(:mod:`.names`) and the asyncio tasks kept alive until done (:mod:`.background`).
+(:mod:`.names`) and what asyncio handles add: cancellations, the holder's loop (:mod:`.aio`).
 
 Nothing here is imported by this ``__init__``: importing one module of the package costs only
 that module and what it needs.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from ..backends.base import AcquireRequest, AcquireResult, BaseLockBackend, ReleaseRequest
 from ..exceptions import (
     BackendUnavailableError,
     InvalidLockArgumentError,
@@ -304,6 +304,10 @@ class LockHandle(LossReports):
         if hold is not None and hold.count == 1 and hold.lease is not None:
             renewer.remove(hold.lease)  # before the release: a late renewal is then no loss
         return hold
+
+    def _release_request(self, hold: Hold | None) -> ReleaseRequest:
+        """Return what a release of ``hold`` (None: one this process did not record) asks."""
+        return ReleaseRequest(holds=None if hold is None else hold.count, min_hold=self.min_hold)
 
     def _released(self, owner: str, hold: Hold | None, left: int | None) -> None:
         """Record what the backend's release answered; raise if the owner held nothing."""

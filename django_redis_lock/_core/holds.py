@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.dispatch import Signal
 
 from ..signals import lock_acquired, lock_lost, lock_released
-from .background import keep_until_done
+from .aio import keep_until_done
 from .observe import Loss, notify, observers
 from .renewal import Lease
 

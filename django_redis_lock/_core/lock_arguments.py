@@ -16,6 +16,7 @@ from ..backends.base import SHARED, BaseLockBackend, holder_metadata
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
 from ..handler import locks
+from .owner import THREADS, Owners
 from .validation import (
     validate_flag,
     validate_limit,
@@ -47,6 +48,9 @@ _holders_without_metadata: dict[tuple[str, int, str | None], bytes] = {}
 
 class LockArguments:
     """The arguments of a lock handle, checked; subclasses say who the calling owner is."""
+
+    #: Who owns a hold when no ``owner`` is given: each thread, or each asyncio task.
+    _owners: ClassVar[Owners] = THREADS
 
     #: The side of a read-write lock that the handle takes, as listings show it (None: a lock).
     mode: ClassVar[str | None] = None
@@ -106,12 +110,12 @@ class LockArguments:
         return f"<{type(self).__name__} {self.name!r} using={self.using!r}>"
 
     def _owner_token(self) -> str:
-        """Return the token of the calling owner (a thread, or an asyncio task)."""
-        raise NotImplementedError("subclasses of LockHandle must provide an _owner_token() method")
+        """Return the token of the calling owner (a thread, an asyncio task, or ``owner``)."""
+        return self._owners.token() if self.owner is None else self.owner
 
     def _where(self) -> str:
         """Return what runs the caller, as shown in listings (a thread's name, say)."""
-        raise NotImplementedError("subclasses of LockHandle must provide a _where() method")
+        return self._owners.where()
 
     @property
     def backend(self) -> BaseLockBackend:

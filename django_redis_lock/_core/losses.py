@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from .holds import Hold, held
 from .lock_arguments import LockArguments
-from .observe import Loss
+from .observe import Loss, LossReason
 from .renewal import renewer
 
 __all__ = ["LossReports"]
@@ -25,7 +25,15 @@ class LossReports(LockArguments):
 
     def _orphan_check(self) -> Callable[[], Loss | None] | None:
         """Return how the renewal thread learns that the holder can no longer release."""
-        return None
+        ended = self._owners.orphan_check(own_token=self.owner is not None)
+        if ended is None:
+            return None
+
+        def orphaned() -> Loss | None:
+            why = ended()
+            return None if why is None else Loss(LossReason.OWNER_ENDED, why)
+
+        return orphaned
 
     def _on_lost_callback(self) -> Callable[[], None] | None:
         """Return what a hold taken now calls when it is lost (from any thread), if anything."""

@@ -15,10 +15,19 @@ import os
 import secrets
 import threading
 import weakref
+from collections.abc import Callable
 
 from ..exceptions import LockError
 
-__all__ = ["MIN_HOLD_PREFIX", "current_owner", "current_task_owner", "new_attempt"]
+__all__ = [
+    "MIN_HOLD_PREFIX",
+    "TASKS",
+    "THREADS",
+    "Owners",
+    "current_owner",
+    "current_task_owner",
+    "new_attempt",
+]
 
 #: The owner of a hold kept for its ``min_hold`` window after its release: this prefix, then
 #: the token of the owner that released it. No owner given to a lock may start with it.
@@ -49,6 +58,63 @@ def current_task_owner() -> str:
     if token is None:
         token = _task_owners[task] = secrets.token_hex(16)
     return token
+
+
+class Owners:
+    """Who owns a hold when the caller names no owner: each thread; see :data:`TASKS`."""
+
+    def token(self) -> str:
+        """Return the owner token of the caller."""
+        return current_owner()
+
+    def where(self) -> str:
+        """Return what runs the caller, as shown in listings."""
+        return threading.current_thread().name
+
+    def orphan_check(self, own_token: bool) -> Callable[[], str | None] | None:
+        """Return how the renewal thread learns that the caller can no longer release: why not.
+
+        ``own_token``: the caller gave an owner token of its own, which outlives a thread.
+        """
+        if own_token:
+            return None
+        thread = threading.current_thread()
+
+        def orphaned() -> str | None:
+            if thread.is_alive():
+                return None
+            return "the thread holding it ended without releasing it"
+
+        return orphaned
+
+
+class TaskOwners(Owners):
+    """Each asyncio task is an owner; a hold is orphaned when its task or event loop ends."""
+
+    def token(self) -> str:
+        return current_task_owner()
+
+    def where(self) -> str:
+        task = asyncio.current_task()
+        thread = threading.current_thread().name
+        return thread if task is None else f"{thread}/{task.get_name()}"
+
+    def orphan_check(self, own_token: bool) -> Callable[[], str | None]:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        by_task = not own_token
+
+        def orphaned() -> str | None:
+            if loop.is_closed():
+                return "its event loop closed while holding it"
+            if by_task and task is not None and task.done():
+                return "the task holding it ended without releasing it"
+            return None
+
+        return orphaned
+
+
+#: The owners of blocking handles (threads) and of asyncio handles (tasks).
+THREADS, TASKS = Owners(), TaskOwners()
 
 
 _attempt_prefix = secrets.token_hex(4)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..backends.base import BaseLockBackend
+from ..backends.base import BaseLockBackend, ReleaseRequest
 from ..exceptions import LockError
 from .observe import Loss, LossReason, notify, observers
 
@@ -293,9 +293,9 @@ class Renewer:
             self._leases.discard(lease)
         # Nobody is left to release it: waiting for the lease to end would keep every other
         # owner out for a ttl, and a hold that nobody will ever release is a lost hold.
-        window = {"min_hold": lease.min_hold} if lease.min_hold else {}
         try:
-            lease.backend.release(lease.name, lease.owner, 1, **window)
+            release = ReleaseRequest(holds=1, min_hold=lease.min_hold)
+            lease.backend.release(lease.name, lease.owner, release)
         except Exception as exc:  # the lease then ends by itself, within a ttl
             freed = f"It ends with its lease, as releasing it failed: {exc}"
         else:

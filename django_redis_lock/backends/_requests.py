@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["SHARED", "AcquireAllResult", "AcquireRequest", "AcquireResult", "Grant"]
+__all__ = [
+    "SHARED",
+    "AcquireAllResult",
+    "AcquireRequest",
+    "AcquireResult",
+    "Grant",
+    "ReleaseRequest",
+]
 
 
 #: The ``limit`` of a reader of a read-write lock: unbounded, so readers share the lock with
@@ -32,6 +39,19 @@ class AcquireRequest:
     claim: bool = False
     holds: int | None = None
     attempt: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseRequest:
+    """What one release asks of a backend: see :meth:`BaseLockBackend.release`.
+
+    ``holds`` is the number of holds the caller knows the owner has (None: count down on the
+    backend); ``min_hold`` the seconds after the acquire that a last release keeps the lock
+    held, by nobody (0: none). A new release option is a new field here.
+    """
+
+    holds: int | None = None
+    min_hold: float = 0.0
 
 
 class AcquireResult(NamedTuple):

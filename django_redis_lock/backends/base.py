@@ -17,7 +17,14 @@ from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
 from ._info import LockInfo, WaiterInfo
 from ._options import OptionRules, Problem
-from ._requests import SHARED, AcquireAllResult, AcquireRequest, AcquireResult, Grant
+from ._requests import (
+    SHARED,
+    AcquireAllResult,
+    AcquireRequest,
+    AcquireResult,
+    Grant,
+    ReleaseRequest,
+)
 
 __all__ = [
     "MIN_HOLD_PREFIX",
@@ -29,6 +36,7 @@ __all__ = [
     "Grant",
     "LockInfo",
     "Problem",
+    "ReleaseRequest",
     "WaiterInfo",
     "glob_escape",
     "glob_to_regex",
@@ -114,14 +122,15 @@ class BaseLockBackend(OptionRules):
         return None
 
     def release(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         """Drop one hold of ``owner``; return the holds left, or None if it held nothing.
 
-        ``holds`` is the number of holds the caller knows the owner has (None: count down on
-        the backend); given, the count left is ``holds - 1`` whatever the backend counted.
+        ``request.holds`` is the number of holds the caller knows the owner has (None: count
+        down on the backend); given, the count left is ``holds - 1`` whatever the backend
+        counted.
 
-        With ``min_hold`` > 0, a release that drops the owner's last hold less than
+        With ``request.min_hold`` > 0, a release that drops the owner's last hold less than
         ``min_hold`` seconds after the hold was acquired (on the backend's clock) does not
         free the lock: the hold passes to the pseudo-owner ``MIN_HOLD_PREFIX + owner``, with
         its fencing token, acquired-at and metadata, and a lease that ends ``min_hold``
@@ -283,12 +292,10 @@ class BaseLockBackend(OptionRules):
         )
 
     async def arelease(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         """Do what :meth:`release` does, without blocking the event loop."""
-        return await sync_to_async(self.release, thread_sensitive=False)(
-            name, owner, holds, min_hold
-        )
+        return await sync_to_async(self.release, thread_sensitive=False)(name, owner, request)
 
     async def aextend(
         self,

@@ -28,6 +28,7 @@ from .base import (
     BaseLockBackend,
     Grant,
     LockInfo,
+    ReleaseRequest,
     WaiterInfo,
     glob_to_regex,
 )
@@ -200,8 +201,9 @@ class LocMemBackend(BaseLockBackend):
                     self._tidy(name, entry)
 
     def release(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
+        holds, min_hold = request.holds, request.min_hold
         with self._opened(name) as (entry, now):
             holder = entry.holders.get(owner)
             if holder is None:
@@ -298,9 +300,9 @@ class LocMemBackend(BaseLockBackend):
         return self.acquire_all(names, owner, request, holds)
 
     async def arelease(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
-        return self.release(name, owner, holds, min_hold)
+        return self.release(name, owner, request)
 
     async def aextend(
         self,

@@ -58,6 +58,7 @@ from .base import (
     BaseLockBackend,
     Grant,
     Problem,
+    ReleaseRequest,
 )
 
 __all__ = ["RedisBackend", "redact_url"]
@@ -224,9 +225,9 @@ class RedisBackend(PipelinedRenewal):
         return acquired_all(names, self._run("acquire_all", names[0], args, *names[1:]))
 
     def release(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
-        args = release_args(owner, holds, self._fencing_arg, min_hold)
+        args = release_args(owner, request, self._fencing_arg)
         return count(self._run("release", name, args))
 
     def extend(
@@ -351,9 +352,9 @@ class RedisBackend(PipelinedRenewal):
         return acquired_all(names, await self._arun("acquire_all", names[0], args, *names[1:]))
 
     async def arelease(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
-        args = release_args(owner, holds, self._fencing_arg, min_hold)
+        args = release_args(owner, request, self._fencing_arg)
         return count(await self._arun("release", name, args))
 
     async def aextend(

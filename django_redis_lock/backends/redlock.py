@@ -13,14 +13,13 @@ import asyncio
 import dataclasses
 import itertools
 import random
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from .._core.owner import new_attempt
 from ..exceptions import InvalidLockArgumentError, LockError
+from ._per_owner import PerOwner
 from ._quorum import Failed, Quorum, answer
 from ._redis.options import (
     CONNECTION_OPTIONS,
@@ -38,6 +37,7 @@ from .base import (
     Grant,
     LockInfo,
     Problem,
+    ReleaseRequest,
 )
 from .redis import RedisBackend
 
@@ -45,9 +45,6 @@ __all__ = ["RedlockBackend"]
 
 #: The shortest and longest sleep of one :meth:`RedlockBackend.wait` (seconds).
 _FIRST_RETRY, _LAST_RETRY = 0.003, 0.05
-
-#: How many (name, owner) fencing tokens and retry counters are remembered at most.
-_MEMORY = 65536
 
 #: The OPTIONS in seconds, besides ``ttl``.
 _DURATIONS = frozenset({"fencing_ttl", "socket_timeout", "socket_connect_timeout"})
@@ -114,14 +111,13 @@ class RedlockBackend(BaseLockBackend):
         #: How many masters make a majority.
         self.quorum = self._masters.quorum
         self._withdrawals = Withdrawals(self._masters)
-        self._memory_lock = threading.Lock()
-        # (name, owner) -> the fencing token of that owner's current hold, so a reentrant
-        # acquire returns its first token whichever masters answer this time.
-        self._tokens: OrderedDict[tuple[str, str], int] = OrderedDict()
-        # (name, owner) -> the number of retries so far, for the growing sleeps of wait().
-        self._retries: OrderedDict[tuple[str, str], int] = OrderedDict()
-        # (name, owner) -> the masters' id of the owner's last try (see acquire), and its ttl.
-        self._tries: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        # The fencing token of each owner's current hold, so a reentrant acquire returns its
+        # first token whichever masters answer this time.
+        self._tokens: PerOwner[int] = PerOwner()
+        # The number of retries so far, for the growing sleeps of wait().
+        self._retries: PerOwner[int] = PerOwner()
+        # The masters' id of the owner's last try (see acquire), and its ttl.
+        self._tries: PerOwner[tuple[str, float]] = PerOwner()
         self._try_numbers = itertools.count()
 
     @classmethod
@@ -168,26 +164,9 @@ class RedlockBackend(BaseLockBackend):
         """Return the URLs of the masters, in the order given."""
         return [node.url for node in self.nodes]
 
-    # Remembered per (name, owner) ------------------------------------------------------------
-
-    def _remember(
-        self, memory: OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: object
-    ) -> None:
-        with self._memory_lock:
-            memory[key] = value
-            memory.move_to_end(key)
-            while len(memory) > _MEMORY:
-                memory.popitem(last=False)
-
     def _forget(self, name: str, owner: str | None = None) -> None:
-        memory: OrderedDict[tuple[str, str], Any]
-        with self._memory_lock:
-            for memory in (self._tokens, self._retries, self._tries):
-                if owner is not None:
-                    memory.pop((name, owner), None)
-                else:
-                    for key in [key for key in memory if key[0] == name]:
-                        del memory[key]
+        for memory in (self._tokens, self._retries, self._tries):
+            memory.forget(name, owner)
 
     # Primitives ------------------------------------------------------------------------------
 
@@ -209,12 +188,11 @@ class RedlockBackend(BaseLockBackend):
                 lock_name=name,
             )
         if not request.claim:
-            with self._memory_lock:
-                self._retries.pop((name, owner), None)
+            self._retries.forget(name, owner)
         # Each try has an id of its own on the masters: a failed one is withdrawn for good
         # (a master that runs it late takes nothing), while the caller tries again.
         try_id = f"{request.attempt or new_attempt()}~{next(self._try_numbers):x}"
-        self._remember(self._tries, (name, owner), (try_id, request.ttl))
+        self._tries.put(name, owner, (try_id, request.ttl))
         started = time.monotonic()
         plain = dataclasses.replace(request, wait=0.0, fair=False, claim=False, attempt=try_id)
         outcomes = self._masters.fan(
@@ -230,8 +208,7 @@ class RedlockBackend(BaseLockBackend):
             left = lease - elapsed - self._masters.drift(lease)
             if left > 0:
                 token = self._token(name, owner, grants, reentrant=reentrant)
-                with self._memory_lock:
-                    self._retries.pop((name, owner), None)
+                self._retries.forget(name, owner)
                 return AcquireResult(
                     True,
                     fencing_token=token,
@@ -264,23 +241,21 @@ class RedlockBackend(BaseLockBackend):
     def _token(
         self, name: str, owner: str, grants: list[AcquireResult], *, reentrant: bool
     ) -> int:
-        key = (name, owner)
         if reentrant:
-            with self._memory_lock:
-                known = self._tokens.get(key)
+            known = self._tokens.get(name, owner)
             if known is not None:
                 return known
             # Not remembered (another backend instance took it): the reentrant masters' best.
             return max(r.fencing_token or 0 for r in grants if r.holds > 1)
         token = max(r.fencing_token or 0 for r in grants)
-        self._remember(self._tokens, key, token)
+        self._tokens.put(name, owner, token)
         return token
 
     def release(
-        self, name: str, owner: str, holds: int | None = None, min_hold: float = 0.0
+        self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         # Each master keeps the window on its own clock, from its own record of the acquire.
-        outcomes = self._masters.ask(lambda node: node.release(name, owner, holds, min_hold))
+        outcomes = self._masters.ask(lambda node: node.release(name, owner, request))
         left = self._masters.majority(outcomes, name)
         if left is None or left == 0:
             self._forget(name, owner)
@@ -334,10 +309,8 @@ class RedlockBackend(BaseLockBackend):
     def _retry_delay(self, name: str, owner: str, timeout: float) -> float:
         # Growing sleeps (3 ms, 6 ms, 12 ms, ... up to 50 ms), each jittered by up to half, so
         # contenders that collided do not collide again in step. Never past ``timeout``.
-        key = (name, owner)
-        with self._memory_lock:
-            retries = self._retries.get(key, 0)
-        self._remember(self._retries, key, retries + 1)
+        retries = self._retries.get(name, owner) or 0
+        self._retries.put(name, owner, retries + 1)
         delay = min(_LAST_RETRY, _FIRST_RETRY * 2.0 ** min(retries, 10))
         delay *= random.uniform(0.5, 1.0)  # noqa: S311  (jitter, not secrecy)
         return max(0.0, min(timeout, delay))
@@ -345,8 +318,7 @@ class RedlockBackend(BaseLockBackend):
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         ttl = self.default_ttl
         if attempt:
-            with self._memory_lock:
-                last, last_ttl = self._tries.get((name, owner), ("", ttl))
+            last, last_ttl = self._tries.get(name, owner) or ("", ttl)
             if last.startswith(f"{attempt}~"):
                 attempt, ttl = last, last_ttl
         outcomes = self._masters.ask(lambda node: node.withdraw(name, owner, holds, attempt))

@@ -42,7 +42,7 @@ from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from .._single_instance import claim, claim_metadata
-from ..backends.base import AcquireRequest, BaseLockBackend
+from ..backends.base import AcquireRequest, BaseLockBackend, ReleaseRequest
 from ..exceptions import LockError
 from ..handler import locks
 from ..listing import task_id as task_id_of
@@ -152,7 +152,7 @@ def _after_failed_publish(
     # whose message the broker may have queued all the same (see .publish): its run, if it
     # comes, takes the claim over as any run does.
     if not may_have_sent(task.app, errors):
-        backend.release(name, owner, 1)  # nothing was sent
+        backend.release(name, owner, ReleaseRequest(holds=1))  # nothing was sent
         return
     logger.warning(
         "Kept the claim %r of %s until its lease ends: its publish failed, but the broker "
@@ -185,12 +185,12 @@ def _hand_on(name: str, task_id: str) -> bool:
                 )
             )
             if old != name:
-                locks[config.using].release(old, claim_owner(task_id), 1)
+                locks[config.using].release(old, claim_owner(task_id), ReleaseRequest(holds=1))
         return True
     taken = _taken_over.get(run_id)
     if taken is not None and taken[0].name == name and taken[0].owner is not None:
         _forget(_taken_over.pop(run_id))
-        taken[0].backend.release(name, taken[0].owner, 1)
+        taken[0].backend.release(name, taken[0].owner, ReleaseRequest(holds=1))
     return False
 
 

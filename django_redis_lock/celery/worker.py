@@ -26,6 +26,7 @@ from celery import Task
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.signals import task_received, task_revoked
 
+from ..backends.base import ReleaseRequest
 from ..handler import locks
 from . import children
 from .children import ChildWatch
@@ -90,7 +91,8 @@ def release_run(task: Task, run_id: str, args: Sequence[Any], kwargs: dict[str, 
     name = message_lock_name(config, task, args, kwargs)
     backend, owner = locks[config.using], run_owner(run_id)
     if config.min_hold:  # the run's window is kept, as its own release would have kept it
-        freed = int(backend.release(name, owner, 1, min_hold=config.min_hold) is not None)
+        release = ReleaseRequest(holds=1, min_hold=config.min_hold)
+        freed = int(backend.release(name, owner, release) is not None)
     else:
         freed = backend.force_release(name, owner=owner)
     if freed:
@@ -122,8 +124,8 @@ def release_claim(
         return False
     config, name, owner = claim
     window = config.min_hold if min_hold is None else min_hold
-    kept = {"min_hold": window} if window else {}
-    return locks[config.using].release(name, owner, 1, **kept) is not None
+    release = ReleaseRequest(holds=1, min_hold=window)
+    return locks[config.using].release(name, owner, release) is not None
 
 
 def keep_claim(

@@ -38,7 +38,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from .._single_instance import NAMING_WAIT, SingleInstance, claim, claim_metadata, claim_name
-from ..backends.base import AcquireRequest, BaseLockBackend
+from ..backends.base import AcquireRequest, BaseLockBackend, ReleaseRequest
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
 from ..listing import task_id
@@ -165,7 +165,7 @@ def enqueue_claimed(
     try:
         result = enqueue()
     except BaseException:
-        backend.release(name, owner, 1)  # nothing was enqueued
+        backend.release(name, owner, ReleaseRequest(holds=1))  # nothing was enqueued
         raise
     # The claim names its task now that the backend gave it an id (runs and enqueues look
     # for that id). It gets its full lease once the task is surely enqueued: a task enqueued
@@ -222,7 +222,7 @@ def _free_stale(config: SingleInstance, name: str, result_id: str) -> bool:
     for info in backend.lock_info(name):
         if task_id(info) == result_id and info.min_hold_of is None:
             logger.warning("Freed the claim %r of task %s, which has finished.", name, result_id)
-            freed = backend.release(name, info.owner, 1) is not None or freed
+            freed = backend.release(name, info.owner, ReleaseRequest(holds=1)) is not None or freed
     return freed
 
 
@@ -314,10 +314,10 @@ def release_claim(
             claim, window = taken
             owner = claim.owner or ""
             claim._forget(owner)
-            backend.release(name, owner, 1, **({"min_hold": window} if window else {}))
+            backend.release(name, owner, ReleaseRequest(holds=1, min_hold=window))
             return
         for info in backend.lock_info(name):
             if task_id(info) == result_id:
-                backend.release(name, info.owner, 1)
+                backend.release(name, info.owner, ReleaseRequest(holds=1))
     except LockError:
         logger.warning("Could not free the claim %r.", name, exc_info=True)

@@ -43,10 +43,9 @@ from django.utils import timezone
 
 from .._core.lock_arguments import HOST
 from .._single_instance import KeySpec, SingleInstance, configure, refuse_run
-from ..aio import AsyncLock
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import DuplicateTaskError, LockNotAcquiredError
-from ..lock import Lock
+from ..lock import AsyncLock, Lock
 from ._compat import TaskContext, TaskResult, task_enqueued, task_finished, task_started
 from .claims import RUNNER, claiming_config, release_claim, take_over_claim, without_context
 from .task_class import SingleInstanceTask

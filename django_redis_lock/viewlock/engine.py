@@ -20,15 +20,14 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.template.loader import render_to_string
 
-from .._core.background import keep_until_done
+from .._core.aio import keep_until_done
 from .._core.validation import validate_timeout, validate_ttl
-from ..aio import AsyncLock
 from ..backends.base import LockInfo
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNotAcquiredError
 from ..handler import locks
 from ..listing import retry_after as lease_left
-from ..lock import Lock
+from ..lock import AsyncLock, Lock
 from .keys import Key, request_key, validate_key
 
 __all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock"]

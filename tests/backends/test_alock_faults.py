@@ -28,7 +28,12 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, alock, lock, locks
 from django_redis_lock._core.owner import current_owner, current_task_owner
 from django_redis_lock._core.renewal import renewer
-from django_redis_lock.backends.base import AcquireRequest, AcquireResult, BaseLockBackend
+from django_redis_lock.backends.base import (
+    AcquireRequest,
+    AcquireResult,
+    BaseLockBackend,
+    ReleaseRequest,
+)
 from django_redis_lock.backends.locmem import LocMemBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.signals import lock_acquired
@@ -361,12 +366,14 @@ async def test_cancel_before_the_release_is_sent__the_lock_is_still_released(
     name = "faults:cancel-release-unsent"
     real_arelease = backend.arelease
 
-    async def cancelled_first(name_: str, owner: str, holds: int | None = None) -> int | None:
+    async def cancelled_first(
+        name_: str, owner: str, request: ReleaseRequest = ReleaseRequest()
+    ) -> int | None:
         task = asyncio.current_task()
         assert task is not None
         task.cancel()
         await asyncio.sleep(0)
-        return await real_arelease(name_, owner, holds)
+        return await real_arelease(name_, owner, request)
 
     handle = alock(name, using=using, ttl=30)
     assert await handle.acquire()

@@ -15,7 +15,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, LockLostError, lock, lock_all, locks
-from django_redis_lock.backends.base import AcquireRequest
+from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually, in_thread, own_locks
 
@@ -74,7 +74,7 @@ def test_acquire_all__reentrant_names_count_one_more_hold(using: str) -> None:
     assert [taken.holds for taken in result.results] == [1, 2, 1]
     assert all(29 < (taken.lease or 0) <= 30 for taken in result.results)
     for name, count in zip(NAMES, [1, 2, 1], strict=True):
-        assert backend.release(name, "me", count) == count - 1
+        assert backend.release(name, "me", ReleaseRequest(holds=count)) == count - 1
 
 
 @pytest.mark.parametrize("using", ["default", "locmem"])

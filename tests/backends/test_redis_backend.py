@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends._redis import protocol
-from django_redis_lock.backends.base import AcquireRequest, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually
@@ -119,7 +119,7 @@ def test_min_hold__the_window_runs_from_the_acquire_the_server_recorded(
     # As if acquired 10 s ago on the server's clock: a 5 s window has passed already.
     earlier = str(int(acquired_at) - 10_000).encode()
     raw_redis.hset(key, "owner", b" ".join([ends, holds, fence, earlier, rest]))
-    assert backend.release("nightly", "owner", min_hold=5) == 0
+    assert backend.release("nightly", "owner", ReleaseRequest(min_hold=5)) == 0
     assert keys_of(raw_redis, prefix) == []
 
 

@@ -20,7 +20,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, alock_all, lock_all, locks, rwlock
-from django_redis_lock.backends.base import SHARED, AcquireRequest
+from django_redis_lock.backends.base import SHARED, AcquireRequest, ReleaseRequest
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import aeventually, eventually, in_thread, own_locks
 
@@ -214,7 +214,8 @@ def test_a_release_after_the_lease_ended_is_refused_after_a_hold_was_dropped(
     assert not backend.acquire(NAME, "o", asks).acquired
     time.sleep(0.7)  # the lease of "r" ends
     try:
-        assert backend.release(NAME, "r", 1) is None, "a release after the lease ended passed"
+        late = backend.release(NAME, "r", ReleaseRequest(holds=1))
+        assert late is None, "a release after the lease ended passed"
     finally:
         backend.force_release(NAME)
 

@@ -31,6 +31,7 @@ from django_redis_lock.backends.base import (
     AcquireRequest,
     BaseLockBackend,
     LockInfo,
+    ReleaseRequest,
     holder_metadata,
 )
 from tests.support import fault_workers
@@ -240,7 +241,7 @@ def test_min_hold__a_backend_release_by_owner_token_keeps_the_window(
     owner = "celery:" + "ab" * 16
     taken = backend.acquire("minhold:token", owner, AcquireRequest(ttl=30, metadata=META))
     assert taken.acquired
-    assert backend.release("minhold:token", owner, holds=1, min_hold=1.0) == 0
+    assert backend.release("minhold:token", owner, ReleaseRequest(holds=1, min_hold=1.0)) == 0
     (kept,) = holders(backend, "minhold:token")
     assert (kept.owner, kept.min_hold_of) == (MIN_HOLD_PREFIX + owner, owner)
     again = backend.acquire("minhold:token", owner, AcquireRequest(ttl=30, metadata=META))
@@ -252,7 +253,7 @@ def test_min_hold__a_backend_release_by_owner_token_keeps_the_window(
     assert backend.extend("minhold:token", owner, 10) is None
     eventually(lambda: holders(backend, "minhold:token") == [], timeout=1.0 + MARGIN + 0.5)
     assert backend.acquire("minhold:token", owner, AcquireRequest(ttl=30, metadata=META)).acquired
-    assert backend.release("minhold:token", owner, holds=1, min_hold=0.0) == 0
+    assert backend.release("minhold:token", owner, ReleaseRequest(holds=1)) == 0
     assert holders(backend, "minhold:token") == []
 
 

@@ -28,7 +28,7 @@ from django_redis_lock import (
     locks,
     rwlock,
 )
-from django_redis_lock.backends.base import SHARED, AcquireRequest
+from django_redis_lock.backends.base import SHARED, AcquireRequest, ReleaseRequest
 from tests.support.helpers import eventually, in_thread, queued
 
 pytestmark = pytest.mark.needs("read_write")
@@ -218,12 +218,12 @@ def test_rwlock__a_stricter_request_over_a_hold_the_owner_does_not_know_is_no_up
     assert result.holds == 1
     assert not try_side(rw_read(using))
     # Given its holds (1), the same owner asking to write over its read is refused.
-    engine.release(NAME, "owner", 1)
+    engine.release(NAME, "owner", ReleaseRequest(holds=1))
     assert engine.acquire(NAME, "owner", shared).acquired
     refused = engine.acquire(NAME, "owner", AcquireRequest(ttl=30, limit=1, holds=1))
     assert refused.stricter
     assert not refused.acquired
-    assert engine.release(NAME, "owner", 1) == 0
+    assert engine.release(NAME, "owner", ReleaseRequest(holds=1)) == 0
     assert not lock(NAME, using=using).locked()
 
 

@@ -23,7 +23,7 @@ from django.urls import reverse
 from django_redis_lock import locks, rwlock
 from django_redis_lock._core.lock_arguments import HOST
 from django_redis_lock.admin import LockAdmin
-from django_redis_lock.backends.base import AcquireRequest, holder_metadata
+from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.models import Lock
 from django_redis_lock.testing import RedisServer, locmem_locks
@@ -621,7 +621,8 @@ def test_second_admin_site__lists_and_releases(releaser: Client) -> None:
 @pytest.mark.parametrize("alias", ["default", "locmem"])
 def test_min_hold__the_list_says_held_until_by_min_hold(viewer: Client, alias: str) -> None:
     hold(alias, "reports:nightly", "holder-a", data={"job": "nightly"})
-    assert locks[alias].release("reports:nightly", "holder-a", holds=1, min_hold=60) == 0
+    window = ReleaseRequest(holds=1, min_hold=60)
+    assert locks[alias].release("reports:nightly", "holder-a", window) == 0
 
     response = viewer.get(LIST_URL)
 
@@ -638,7 +639,8 @@ def test_min_hold__the_list_says_held_until_by_min_hold(viewer: Client, alias: s
 
 def test_min_hold__a_releaser_can_free_the_window(releaser_user: User) -> None:
     hold("default", "reports:nightly", "holder-a")
-    assert locks["default"].release("reports:nightly", "holder-a", holds=1, min_hold=60) == 0
+    window = ReleaseRequest(holds=1, min_hold=60)
+    assert locks["default"].release("reports:nightly", "holder-a", window) == 0
     client = logged_in(releaser_user, enforce_csrf_checks=True)
     url = release_url(client.get(LIST_URL), "reports:nightly")
     assert "by min_hold" in client.get(url).content.decode()

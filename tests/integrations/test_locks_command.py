@@ -30,6 +30,7 @@ from django_redis_lock.backends.base import (
     AcquireRequest,
     AcquireResult,
     BaseLockBackend,
+    ReleaseRequest,
     holder_metadata,
 )
 from django_redis_lock.backends.redis import RedisBackend
@@ -1113,7 +1114,7 @@ def test_help__says_that_options_of_list_need_no_subcommand(
 def kept_for_min_hold(backend: BaseLockBackend, name: str, owner: str) -> None:
     """Take ``name`` for ``owner`` as CELERY's run, and release it with a 60 s min_hold."""
     hold(backend, name, owner, data=CELERY)
-    assert backend.release(name, owner, holds=1, min_hold=60.0) == 0
+    assert backend.release(name, owner, ReleaseRequest(holds=1, min_hold=60.0)) == 0
 
 
 def test_min_hold__the_table_says_held_until_by_min_hold(using: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from ..base import AcquireAllResult, AcquireRequest, AcquireResult, Grant
+from ..base import AcquireAllResult, AcquireRequest, AcquireResult, Grant, ReleaseRequest
 
 __all__ = [
     "acquire_all_args",
@@ -87,12 +87,11 @@ def acquired_all(names: Sequence[str], reply: list[Any]) -> AcquireAllResult:
 NO_MIN_HOLD = b"0"
 
 
-def release_args(
-    owner: str, holds: int | None, fencing_arg: bytes, min_hold: float = 0.0
-) -> list[Any]:
+def release_args(owner: str, request: ReleaseRequest, fencing_arg: bytes) -> list[Any]:
     """Return the release script's ARGV."""
-    window = NO_MIN_HOLD if min_hold <= 0 else ms(min_hold)
-    return [owner, fencing_arg, COUNT_HERE if holds is None else holds, window]
+    window = NO_MIN_HOLD if request.min_hold <= 0 else ms(request.min_hold)
+    holds = COUNT_HERE if request.holds is None else request.holds
+    return [owner, fencing_arg, holds, window]
 
 
 def extend_args(
