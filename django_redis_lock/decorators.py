@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from .conf import DEFAULT_ALIAS
 from .viewlock.engine import UNSAFE_METHODS, ConflictHook, RetryAfter, ViewLock
-from .viewlock.keys import Key
+from .viewlock.key_functions import Key
 
 __all__ = ["lock_view"]
 
@@ -33,8 +33,8 @@ def lock_view(
 ) -> Callable[[V], V]:
     """Decorate a view so that requests with the same ``key`` never run it at once.
 
-    ``key`` says what "the same" means (see :mod:`django_redis_lock.viewlock.keys`): ``"user"``,
-    ``"ip"``, ``"path"``, ``"session"``, ``"url:<kwarg>"``, ``"header:<name>"``,
+    ``key`` says what "the same" means (see :mod:`django_redis_lock.viewlock.key_functions`):
+    ``"user"``, ``"ip"``, ``"path"``, ``"session"``, ``"url:<kwarg>"``, ``"header:<name>"``,
     ``"post:<field>"``, a list of these, or a callable ``(request, *args, **kwargs) -> str``.
     Only ``methods`` are locked (default: POST, PUT, PATCH, DELETE). The lock is named
     ``view:<name>:<key>``, ``name`` defaulting to the view's dotted path; give two views one

@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponseBase
 from .backends.base import LockInfo
 from .conf import DEFAULT_ALIAS
 from .viewlock.engine import UNSAFE_METHODS, ViewLock, conflict_response
-from .viewlock.keys import Key
+from .viewlock.key_functions import Key
 
 __all__ = ["LockMixin"]
 

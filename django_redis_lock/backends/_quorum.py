@@ -19,7 +19,7 @@ from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
 
 from ..exceptions import BackendUnavailableError, LockError
-from ._redis.options import redact_url
+from ._redis.connections import redact_url
 from .base import LockInfo
 from .redis import RedisBackend
 

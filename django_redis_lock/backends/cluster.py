@@ -24,7 +24,7 @@ from redis.exceptions import AskError, MovedError, RedisClusterException
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
-from ._redis.options import redact_url, secret_safe, sentinel_address
+from ._redis.connections import redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
 from .base import AcquireAllResult, AcquireRequest, LockInfo, Problem, WaiterInfo
 from .redis import RedisBackend

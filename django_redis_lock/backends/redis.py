@@ -18,8 +18,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockBackendError
-from ._redis.loops import PerLoop
-from ._redis.options import (
+from ._redis.connections import (
     ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
@@ -35,6 +34,7 @@ from ._redis.options import (
     sync_client,
     url_problems,
 )
+from ._redis.loops import PerLoop
 from ._redis.protocol import (
     acquire_all_args,
     acquire_args,

@@ -21,7 +21,7 @@ from .._core.owner import new_attempt
 from ..exceptions import InvalidLockArgumentError, LockError
 from ._per_owner import PerOwner
 from ._quorum import Failed, Quorum, answer
-from ._redis.options import (
+from ._redis.connections import (
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
     REFUSED_CONNECTION_OPTIONS,

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from .._extras import missing_extra
+from .._core.extras import missing_extra
 
 try:
     from celery import Task, current_app
@@ -40,12 +40,13 @@ except ImportError as exc:
         exc, feature="django_redis_lock.celery", package="Celery", extra="celery"
     ) from exc
 
-from .._single_instance import configure, refuse_run
+from .._single_instance.config import configure
+from .._single_instance.refusal import refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
 from ..lock import Lock
 from .enqueue import SingleInstanceTask, report_unclaimed, take_over_claim
-from .keys import (
+from .run_names import (
     MAX_READABLE_NAME,
     QUEUE,
     Enqueue,

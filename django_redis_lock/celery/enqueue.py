@@ -41,13 +41,14 @@ from celery.signals import task_postrun
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
-from .._single_instance import claim, claim_metadata
+from .._single_instance.enqueue_claim import claim, claim_metadata
 from ..backends.base import AcquireRequest, BaseLockBackend, ReleaseRequest
 from ..exceptions import LockError
 from ..handler import locks
 from ..listing import task_id as task_id_of
 from ..lock import Lock
-from .keys import (
+from .publish import may_have_sent, watch_attempts
+from .run_names import (
     SingleInstance,
     call_args,
     claim_name,
@@ -56,7 +57,6 @@ from .keys import (
     message_lock_name,
     task_record,
 )
-from .publish import may_have_sent, watch_attempts
 from .worker import keep_claim, release_claim, resending, run_id_of
 
 __all__ = ["SingleInstanceTask", "take_over_claim"]

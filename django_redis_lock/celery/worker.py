@@ -30,7 +30,7 @@ from ..backends.base import ReleaseRequest
 from ..handler import locks
 from . import children
 from .children import ChildWatch
-from .keys import SingleInstance, claim_name, claim_owner, config_of, message_lock_name
+from .run_names import SingleInstance, claim_name, claim_owner, config_of, message_lock_name
 
 __all__ = [
     "CHILD_EXIT_WAIT",

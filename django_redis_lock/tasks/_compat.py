@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-from .._extras import missing_extra
+from .._core.extras import missing_extra
 
 __all__ = [
     "BaseTaskBackend",

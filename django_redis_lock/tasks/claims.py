@@ -37,7 +37,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from django.utils import timezone
 
-from .._single_instance import NAMING_WAIT, SingleInstance, claim, claim_metadata, claim_name
+from .._single_instance.config import SingleInstance
+from .._single_instance.enqueue_claim import NAMING_WAIT, claim, claim_metadata, claim_name
 from ..backends.base import AcquireRequest, BaseLockBackend, ReleaseRequest
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks

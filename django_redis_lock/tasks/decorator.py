@@ -42,7 +42,8 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from .._core.lock_arguments import HOST
-from .._single_instance import KeySpec, SingleInstance, configure, refuse_run
+from .._single_instance.config import KeySpec, SingleInstance, configure
+from .._single_instance.refusal import refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import DuplicateTaskError, LockNotAcquiredError
 from ..lock import AsyncLock, Lock

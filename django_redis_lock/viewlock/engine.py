@@ -28,7 +28,7 @@ from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNo
 from ..handler import locks
 from ..listing import retry_after as lease_left
 from ..lock import AsyncLock, Lock
-from .keys import Key, request_key, validate_key
+from .key_functions import Key, request_key, validate_key
 
 __all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock"]
 

@@ -36,7 +36,7 @@ from django_redis_lock.celery import (
     single_instance,
 )
 from django_redis_lock.celery.enqueue import take_over_claim
-from django_redis_lock.celery.keys import claim_name, claim_owner, message_lock_name
+from django_redis_lock.celery.run_names import claim_name, claim_owner, message_lock_name
 
 
 @pytest.fixture

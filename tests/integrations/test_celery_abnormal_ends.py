@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from django_redis_lock import locks
-from django_redis_lock.celery.keys import claim_name
+from django_redis_lock.celery.run_names import claim_name
 from tests.support import celery_harness
 
 pytestmark = pytest.mark.slow

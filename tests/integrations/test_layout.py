@@ -23,12 +23,39 @@ FOUNDATIONS = {
     "django_redis_lock.backends.base",
 }
 
-#: Private modules left at the root (integration layers, to move in a later step). Privacy is on
-#: packages: a new private module belongs in ``_core/`` or in its integration's package.
-ROOT_PRIVATE = {"_admin_page", "_extras", "_single_instance"}
+#: The private packages at the root. Privacy is on packages: a new private module belongs in
+#: one of them, or in its integration's package.
+ROOT_PRIVATE = {"_core/", "_single_instance/"}
+
+#: The modules of the root, the public faces and the files Django requires: about fifteen.
+ROOT_MODULES = {
+    "__init__",
+    "apps",
+    "checks",
+    "conf",
+    "decorators",
+    "exceptions",
+    "handler",
+    "leader",
+    "listing",
+    "lock",
+    "mixins",
+    "models",
+    "multilock",
+    "rwlock",
+    "signals",
+}
 
 #: Integrations and admin: nothing ``import django_redis_lock`` loads.
-OPTIONAL_LAYERS = ("admin", "_admin_page", "celery", "tasks", "viewlock", "management", "contrib")
+OPTIONAL_LAYERS = (
+    "admin",
+    "_single_instance",
+    "celery",
+    "tasks",
+    "viewlock",
+    "management",
+    "contrib",
+)
 
 
 def modules() -> dict[str, Path]:
@@ -193,7 +220,11 @@ def test_privacy_is_on_packages__the_root_holds_no_new_private_module() -> None:
         and path.name not in {"__init__.py", "__pycache__"}
         and (path.suffix == ".py" or path.is_dir())
     }
-    assert private == {*ROOT_PRIVATE, "_core/"}
+    assert private == ROOT_PRIVATE
+
+
+def test_the_root_holds_only_the_public_faces_and_djangos_files() -> None:
+    assert {path.stem for path in PACKAGE.glob("*.py")} == ROOT_MODULES
 
 
 def absolute_imports(path: Path) -> set[str]:
@@ -220,15 +251,11 @@ def test_importing_the_package_loads_no_integration_nor_celery_nor_the_admin() -
     assert (layers, hosts) == ([], [])
 
 
-#: Module names that several modules share, each with the paths that share it. ``apps`` is
-#: Django's convention and ``cluster`` one subject (a backend, a test topology); ``keys``,
-#: ``listing`` and ``options`` mean different things and are the next names to part.
+#: Module names that several modules share, each with the paths that share it: ``apps`` is
+#: Django's convention and ``cluster`` one subject (a backend, a test topology).
 SHARED_NAMES = {
     "apps": {"apps.py", "contrib/health_check/apps.py", "contrib/prometheus/apps.py"},
     "cluster": {"backends/cluster.py", "testing/topologies/cluster.py"},
-    "keys": {"backends/_redis/keys.py", "celery/keys.py", "viewlock/keys.py"},
-    "listing": {"listing.py", "management/listing.py"},
-    "options": {"backends/_options.py", "backends/_redis/options.py"},
 }
 
 

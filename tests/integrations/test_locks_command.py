@@ -34,7 +34,7 @@ from django_redis_lock.backends.base import (
     holder_metadata,
 )
 from django_redis_lock.backends.redis import RedisBackend
-from django_redis_lock.management import listing
+from django_redis_lock.management import output
 from django_redis_lock.management.commands.locks import Command
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually, locks_setting, read_write_holds
@@ -524,7 +524,7 @@ def test_list__writes_each_page_before_reading_the_next(
 
     assert len(json.loads(out.getvalue())["locks"]) == 1200
     assert len(calls) >= 2
-    assert {count for count, _, _ in calls} == {listing.PAGE_SIZE}
+    assert {count for count, _, _ in calls} == {output.PAGE_SIZE}
     written = [before for _, _, before in calls]
     assert written == sorted(set(written))  # output grew before every further read
     assert max(returned for _, returned, _ in calls) < 1200
@@ -1022,7 +1022,7 @@ def test_password_in_url_never_printed(password_server: RedisServer, prefix: str
 def test_one_line_redacts_any_url_in_a_message() -> None:
     error = RuntimeError(f"failed\n  at redis://bob:{PASSWORD}@10.0.0.1:6379/0 (see log)")
 
-    assert listing.one_line(error) == "failed at redis://bob:***@10.0.0.1:6379/0 (see log)"
+    assert output.one_line(error) == "failed at redis://bob:***@10.0.0.1:6379/0 (see log)"
 
 
 # From a shell: exit statuses and help --------------------------------------------------------

@@ -25,7 +25,7 @@ from django.test import Client, override_settings
 from redis.connection import parse_url
 
 from django_redis_lock import BackendUnavailableError, InvalidLockBackendError, LockError, lock
-from django_redis_lock.backends._redis.options import redact_url
+from django_redis_lock.backends._redis.connections import redact_url
 from django_redis_lock.backends.cluster import RedisClusterBackend
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.backends.redlock import RedlockBackend

@@ -27,7 +27,7 @@ from django_redis_lock import (
     locks,
 )
 from django_redis_lock._core.lock_arguments import HOST
-from django_redis_lock._single_instance import claim_metadata
+from django_redis_lock._single_instance.enqueue_claim import claim_metadata
 from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.listing import describe_holder
 from django_redis_lock.tasks import single_instance

@@ -23,7 +23,7 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from ..._extras import missing_extra
+from ..._core.extras import missing_extra
 
 try:
     from health_check.base import HealthCheck

@@ -17,7 +17,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 
-from ..._extras import missing_extra
+from ..._core.extras import missing_extra
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram

@@ -26,7 +26,7 @@ from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ...handler import locks
 from ...listing import duration, reader_counts, task_id
 from ..arguments import LocksParser, lock_name, seconds, whole_number
-from ..listing import (
+from ..output import (
     JSON_FORMAT,
     PAGE_SIZE,
     JsonWriter,

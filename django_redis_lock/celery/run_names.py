@@ -1,10 +1,10 @@
 """The lock name of a ``@single_instance`` Celery run, from its message or its function.
 
 The rules for names, keys and records are the same for every task queue: see
-:mod:`django_redis_lock._single_instance`. A Celery run's lock is ``celery:<task name>[:<key
-part>]``; what is particular to Celery is how a bound task's function gets the task in front
-of its arguments, and the claim's owner, named after the task id that Celery chooses before
-it sends.
+:mod:`django_redis_lock._single_instance.lock_names`. A Celery run's lock is
+``celery:<task name>[:<key part>]``; what is particular to Celery is how a bound task's
+function gets the task in front of its arguments, and the claim's owner, named after the task
+id that Celery chooses before it sends.
 """
 
 from __future__ import annotations
@@ -18,16 +18,9 @@ from celery import Task
 from celery.local import Proxy
 
 from .._core.names import digest
-from .._single_instance import (
-    CLAIM_PREFIX,
-    MAX_READABLE_NAME,
-    Enqueue,
-    KeySpec,
-    Policy,
-    SingleInstance,
-    claim_name,
-    encode_key_value,
-)
+from .._single_instance.config import Enqueue, KeySpec, Policy, SingleInstance
+from .._single_instance.enqueue_claim import CLAIM_PREFIX, claim_name
+from .._single_instance.lock_names import MAX_READABLE_NAME, encode_key_value
 
 __all__ = [
     "CLAIM_PREFIX",

@@ -17,8 +17,8 @@ from django.http.request import QueryDict
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from .backends.base import LockInfo, WaiterInfo, glob_escape
-from .listing import (
+from ..backends.base import LockInfo, WaiterInfo, glob_escape
+from ..listing import (
     describe_holder,
     describe_waiter,
     duration,

@@ -21,15 +21,15 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpR
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from ._admin_page import REFRESH_CHOICES, ListQuery, LockRow, WaiterRow, kept_filters
-from .exceptions import (
+from ..exceptions import (
     BackendUnavailableError,
     InvalidLockArgumentError,
     InvalidLockBackendError,
 )
-from .handler import locks
-from .listing import reader_counts
-from .models import Lock
+from ..handler import locks
+from ..listing import reader_counts
+from ..models import Lock
+from .page import REFRESH_CHOICES, ListQuery, LockRow, WaiterRow, kept_filters
 
 __all__ = ["LockAdmin"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import OutputWrapper
 
-from ..backends._redis.options import redact_url
+from ..backends._redis.connections import redact_url
 from ..backends.base import BaseLockBackend, LockInfo, WaiterInfo
 from ..listing import (
     describe_holder,
