@@ -8,13 +8,14 @@ loss reporting, handoff to waiters, fair order, reentrancy. See "Read-write lock
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from ._core.validation import refuse_limit_and_min_hold
+from ._core.lock_arguments import LockOptions, accept_options
 from .backends.base import SHARED
-from .conf import DEFAULT_ALIAS
 from .lock import AsyncLock, Lock
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncReadWriteLock", "ReadWriteLock", "arwlock", "rwlock"]
 
@@ -41,52 +42,14 @@ class _ReadWrite(Generic[H]):
     """The two sides of a read-write lock, built once with the arguments they share."""
 
     _sides: ClassVar[tuple[type[Any], type[Any]]]
+    _builder: ClassVar[str]
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        using: str = DEFAULT_ALIAS,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 1,
-        fair: bool = False,
-        auto_renew: bool | None = None,
-        max_hold: float | None = None,
-        min_hold: float = 0.0,
-        on_lost: Callable[[Any], object] | None = None,
-        raise_on_lost: bool = True,
-        owner: str | None = None,
-    ) -> None:
-        refuse_limit_and_min_hold(
-            limit,
-            min_hold,
-            caller="rwlock()",
-            why_limit="its sides set their own (a writer holds alone, readers share the lock "
-            "with readers)",
-            why_min_hold="it keeps a lock, not a side of a read-write lock, held for a "
-            "minimum time",
-            lock_name=name,
-        )
-        arguments: dict[str, Any] = {
-            "ttl": ttl,
-            "blocking": blocking,
-            "timeout": timeout,
-            "using": using,
-            "metadata": metadata,
-            "fair": fair,
-            "auto_renew": auto_renew,
-            "max_hold": max_hold,
-            "on_lost": on_lost,
-            "raise_on_lost": raise_on_lost,
-            "owner": owner,
-        }
+    def __init__(self, name: str, **options: Unpack[LockOptions]) -> None:
+        accept_options(options, caller=self._builder, lock_name=name)
         reader, writer = self._sides
-        self._reader: H = reader(name, limit=SHARED, **arguments)
-        self._writer: H = writer(name, limit=1, **arguments)
-        self.name, self.using = self._reader.name, using
+        self._reader: H = reader(name, limit=SHARED, **options)
+        self._writer: H = writer(name, limit=1, **options)
+        self.name, self.using = self._reader.name, self._reader.using
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} using={self.using!r}>"
@@ -112,14 +75,15 @@ class _ReadWrite(Generic[H]):
 class ReadWriteLock(_ReadWrite[Lock]):
     """A read-write lock named ``name``: many readers at once, or one writer.
 
-    It takes the arguments of :class:`~django_redis_lock.Lock` but ``limit`` and ``min_hold``
-    (refused with :class:`~django_redis_lock.InvalidLockArgumentError`);
+    It takes the keyword arguments of :class:`~django_redis_lock.Lock` but ``limit`` and
+    ``min_hold``, which are not its to give (its sides set their own limits);
     :meth:`read` and :meth:`write` return its two sides, each a :class:`~django_redis_lock.Lock`
     on ``name``. Fencing tokens come from one sequence per name, shared by both sides, so a
     resource can refuse a writer older than the last reader it served, and the reverse.
     """
 
     _sides = (_ReadLock, _WriteLock)
+    _builder = "rwlock()"
 
 
 class AsyncReadWriteLock(_ReadWrite[AsyncLock]):
@@ -129,6 +93,7 @@ class AsyncReadWriteLock(_ReadWrite[AsyncLock]):
     """
 
     _sides = (_AsyncReadLock, _AsyncWriteLock)
+    _builder = "arwlock()"
 
 
 #: ``rwlock(name, ...)`` builds a :class:`ReadWriteLock`.

@@ -3,18 +3,30 @@
 :class:`LockArguments` is the base of :class:`~django_redis_lock._core.handle.LockHandle`: the
 lease a call takes, the blocking and timeout an ``acquire()`` or a ``with`` block means, and
 the holder details recorded with each hold.
+
+:class:`LockKeywords` names every keyword of :func:`~django_redis_lock.lock` as one type
+(``LockArguments`` spells them out with their defaults; a test keeps the two in step).
+:class:`LockOptions` is the part that a handle made of several locks passes on to each:
+``lock_all()`` and ``rwlock()`` take only these, as ``**options``, since ``limit`` and
+``min_hold`` are not theirs to give (a multi-lock takes each name as a lock; a read-write
+lock's sides set their own limits). Integrations build a run's handle from the same type.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from ..backends.base import SHARED, BaseLockBackend, holder_metadata
 from ..conf import DEFAULT_ALIAS
-from ..exceptions import InvalidLockArgumentError, LockNotAcquiredError, LockUpgradeError
+from ..exceptions import (
+    InvalidLockArgumentError,
+    LockArgumentTypeError,
+    LockNotAcquiredError,
+    LockUpgradeError,
+)
 from ..handler import locks
 from .owner import THREADS, Owners
 from .validation import (
@@ -33,7 +45,7 @@ from .validation import (
 if TYPE_CHECKING:
     from .holds import Hold
 
-__all__ = ["HOST", "LockArguments"]
+__all__ = ["HOST", "LockArguments", "LockKeywords", "LockOptions", "accept_options"]
 
 #: This machine's name, as holders record it.
 HOST = socket.gethostname()
@@ -44,6 +56,51 @@ _HOLDER_CACHE = 256
 #: The holder details of handles without metadata, shared: each ``lock(name)`` is a new
 #: handle, and its holder reads the same as the last one's in that thread.
 _holders_without_metadata: dict[tuple[str, int, str | None], bytes] = {}
+
+
+class LockOptions(TypedDict, total=False):
+    """The keywords every lock handle takes; see :class:`~django_redis_lock.Lock`."""
+
+    ttl: float | None
+    blocking: bool
+    timeout: float | None
+    using: str
+    metadata: dict[str, Any] | None
+    fair: bool
+    auto_renew: bool | None
+    max_hold: float | None
+    on_lost: Callable[[Any], object] | None
+    raise_on_lost: bool
+    owner: str | None
+
+
+class LockKeywords(LockOptions, total=False):
+    """Every keyword of :func:`~django_redis_lock.lock`: the options, a limit, a window."""
+
+    limit: int
+    min_hold: float
+
+
+def accept_options(
+    options: Mapping[str, object], *, caller: str, lock_name: str | None = None
+) -> None:
+    """Raise :class:`LockArgumentTypeError` for a keyword of ``options`` that is no option.
+
+    As Python refuses an unexpected keyword argument, naming the keyword; ``limit`` and
+    ``min_hold`` are told apart, since ``lock()`` takes them and ``caller`` does not.
+    """
+    unknown = sorted(set(options) - LockOptions.__optional_keys__)
+    if not unknown:
+        return
+    names = ", ".join(repr(name) for name in unknown)
+    what = "unexpected keyword arguments" if len(unknown) > 1 else "an unexpected keyword argument"
+    own = [name for name in unknown if name in LockKeywords.__optional_keys__]
+    why = f" ({' and '.join(own)}: only lock() takes {'them' if len(own) > 1 else 'it'})"
+    raise LockArgumentTypeError(
+        f"{caller} got {what} {names}{why if own else ''}; it "
+        f"takes {', '.join(sorted(LockOptions.__optional_keys__))}.",
+        lock_name=lock_name,
+    )
 
 
 class LockArguments:

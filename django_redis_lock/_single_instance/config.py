@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._core.lock_arguments import LockKeywords
 from .._core.validation import validate_limit, validate_min_hold, validate_timeout, validate_ttl
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
@@ -110,10 +111,15 @@ class SingleInstance:
             runner=runner,
         ).as_metadata()
 
-    def lock_options(self) -> dict[str, Any]:
-        """Return the keyword arguments of a run's :class:`~django_redis_lock.Lock`."""
+    def lock_options(self, *, owner: str | None, metadata: dict[str, Any]) -> LockKeywords:
+        """Return the keyword arguments of a run's :class:`~django_redis_lock.Lock`.
+
+        ``owner`` is the run's own (None: the calling thread or task), ``metadata`` its record.
+        """
         waits = self.on_conflict == "wait"
         return {
+            "owner": owner,
+            "metadata": metadata,
             "ttl": self.ttl,
             "using": self.using,
             "limit": self.limit,

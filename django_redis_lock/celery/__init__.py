@@ -176,12 +176,8 @@ def _run_single(
         hostname=None if request is None else request.hostname,
         worker_pid=os.getpid(),
     )
-    held = Lock(
-        name,
-        owner=None if run_id is None else run_owner(run_id),
-        metadata=metadata,
-        **config.lock_options(),
-    )
+    owner = None if run_id is None else run_owner(run_id)
+    held = Lock(name, **config.lock_options(owner=owner, metadata=metadata))
     try:
         held._enter()
     except LockNotAcquiredError:

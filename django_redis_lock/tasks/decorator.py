@@ -223,9 +223,8 @@ class _Run:
 
     def lock(self, lock_class: type[Lock] | type[AsyncLock]) -> Any:
         """Return the run's lock, not taken yet."""
-        return lock_class(
-            self.name, owner=self.owner, metadata=self.record, **self.config.lock_options()
-        )
+        options = self.config.lock_options(owner=self.owner, metadata=self.record)
+        return lock_class(self.name, **options)
 
     def refuse(self, holders: list[Any]) -> None:
         """Skip, raise or retry, the run having found its lock held by ``holders``."""

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.template.loader import render_to_string
 
 from .._core.aio import keep_until_done
+from .._core.lock_arguments import LockKeywords
 from .._core.validation import validate_timeout, validate_ttl
 from ..backends.base import LockInfo
 from ..conf import DEFAULT_ALIAS
@@ -87,7 +88,7 @@ class ViewLock:
         """Return the name of the lock that ``request`` takes."""
         return f"view:{self.name}:{request_key(request, self.key, args, kwargs, where=self.where)}"
 
-    def _options(self, request: HttpRequest) -> dict[str, Any]:
+    def _options(self, request: HttpRequest) -> LockKeywords:
         user = getattr(request, "user", None)
         metadata = {"method": request.method, "path": request.path[:200]}
         if user is not None and user.is_authenticated:

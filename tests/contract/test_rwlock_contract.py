@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -282,13 +283,35 @@ def test_rwlock__a_reader_whose_lease_ended_is_told(using: str) -> None:
 # Arguments and backends ----------------------------------------------------------------------
 
 
-def test_rwlock__takes_no_limit_or_min_hold(using: str) -> None:
-    with pytest.raises(InvalidLockArgumentError, match="limit cannot be given to rwlock"):
-        rwlock(NAME, using=using, limit=2)
-    with pytest.raises(LockArgumentTypeError, match="limit must be an int"):
-        rwlock(NAME, using=using, limit="2")  # type: ignore[arg-type]
-    with pytest.raises(InvalidLockArgumentError, match="min_hold cannot be given to rwlock"):
-        rwlock(NAME, using=using, min_hold=5)
+@pytest.mark.parametrize("factory", [rwlock, arwlock])
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            {"limit": 2},
+            "rwlock() got an unexpected keyword argument 'limit' (limit: only lock() takes it)",
+        ),
+        ({"limit": 1}, "unexpected keyword argument 'limit'"),
+        ({"min_hold": 5}, "unexpected keyword argument 'min_hold' (min_hold: only lock()"),
+        (
+            {"limit": 1, "min_hold": 0},
+            "unexpected keyword arguments 'limit', 'min_hold' (limit and min_hold: only lock() "
+            "takes them)",
+        ),
+        ({"lease": 5}, "unexpected keyword argument 'lease'; it takes auto_renew, blocking"),
+    ],
+)
+def test_rwlock__takes_only_the_options_its_sides_share(
+    factory: Any, arguments: dict[str, Any], message: str, using: str
+) -> None:
+    # A TypeError, as Python raises for any unexpected keyword; nothing is built.
+    with pytest.raises(LockArgumentTypeError) as caught:
+        factory(NAME, using=using, **arguments)
+    assert message in str(caught.value)
+    assert isinstance(caught.value, TypeError)
+
+
+def test_rwlock__checks_its_options_as_lock_does(using: str) -> None:
     with pytest.raises(InvalidLockArgumentError, match="ttl"):
         rwlock(NAME, using=using, ttl=-1)
     with pytest.raises(LockArgumentTypeError, match="fair"):

@@ -343,3 +343,24 @@ def test_the_architecture_map_names_every_module_and_subpackage() -> None:
 
 def test_the_architecture_map_names_nothing_that_does_not_exist() -> None:
     assert sorted(path for path in mapped() if not (ROOT / path).exists()) == []
+
+
+def test_the_lock_keywords_are_one_type__lock_takes_exactly_them() -> None:
+    # lock()'s signature is spelt out for readers (help(), IDEs); LockKeywords names the same
+    # keywords for every handle built from them. They must not drift apart.
+    import inspect
+
+    from django_redis_lock._core.lock_arguments import LockArguments, LockKeywords
+
+    parameters = inspect.signature(LockArguments.__init__).parameters
+    spelt_out = {
+        name: str(parameter.annotation).replace(" ", "")
+        for name, parameter in parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+    typed = {
+        name: str(getattr(hint, "__forward_arg__", hint)).replace(" ", "")
+        for klass in reversed(LockKeywords.__mro__)
+        for name, hint in getattr(klass, "__annotations__", {}).items()
+    }
+    assert spelt_out == typed
