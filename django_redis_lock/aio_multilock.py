@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from ._core.aio import pending_cancels as _cancels
-from ._core.aio import raise_if_cancelled as _raise_if_cancelled
-from ._core.multi import MultiLockBase
-from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
+from ._core.aio import pending_cancels, raise_if_cancelled
+from ._core.multi import Failures, MultiLockBase
+from ._core.multi_steps import AtOnce, MultiStep, Reply, Take, adrive
+from .exceptions import LockArgumentTypeError, LockError
 from .handler import locks
 from .lock import AsyncLock
 
@@ -25,6 +25,7 @@ __all__ = ["AsyncMultiLock", "alock_all"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class AsyncMultiLock(MultiLockBase[AsyncLock]):
@@ -50,107 +51,46 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
 
     async def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
-        deadline = self._deadline(timeout)
-        outcome = await self._take_at_once(blocking, renew)
-        if outcome is True:
-            self._bind()
-            return None
-        if outcome is not None and not blocking:
-            return outcome
-        while True:
-            taken: list[AsyncLock] = []
-            try:
-                for member in self._members:
-                    left = self._left(deadline) if blocking else None
-                    if not await member._acquire(blocking, left, renew):
-                        await self._give_back(taken)
-                        return member.name
-                    taken.append(member)
-                acquisition = self._bind()
-            except BaseException:
-                await self._give_back(taken)
-                raise
-            ended = self._ended()
-            if ended is None:
-                return None
-            self._unbind(acquisition)
-            await self._give_back(taken)  # and start again, if there is time left
-            if not blocking or self._left(deadline) == 0:
-                return ended
-
-    async def _take_at_once(self, blocking: bool, renew: bool) -> Literal[True] | str | None:
-        """Try to take every name in one step; see :meth:`MultiLockBase._took_at_once`."""
-        backend = locks[self.using]
-        once = self._at_once(backend)
-        if once is None:
-            return None
+        # The plan decides; this runs its steps, and throws their errors back in.
         task = asyncio.current_task()
-        cancels = _cancels(task)
-        try:
+        cancels = pending_cancels(task)
+        steps = self._plan(locks[self.using], blocking, timeout, renew)
+        return await adrive(steps, lambda step: self._run(step, task, cancels))
+
+    async def _run(
+        self, step: MultiStep[AsyncLock], task: asyncio.Task[object] | None, cancels: int
+    ) -> Reply:
+        if isinstance(step, AtOnce):
             try:
-                result = await backend.aacquire_all(
-                    self.names, once.owner, once.request, once.holds
+                reply = await step.backend.aacquire_all(
+                    self.names, step.owner, step.request, step.holds
                 )
             except LockError:
-                _raise_if_cancelled(task, cancels)  # a time-out standing for a cancellation
+                raise_if_cancelled(task, cancels)  # a time-out standing for a cancellation
                 raise
-            _raise_if_cancelled(task, cancels)  # a cancellation the client swallowed
-        except BaseException:
-            self._withdraw_at_once(once)  # no answer (or cancelled): undone later
-            raise
-        return self._took_at_once(once, result, blocking, renew)
-
-    async def _give_back(self, taken: list[AsyncLock]) -> None:
-        """Release what an acquisition that failed took, last first, even when cancelled."""
-        cancelled: asyncio.CancelledError | None = None
-        for member in reversed(taken):
-            try:
-                await member.release()
-            except LockError as error:  # a lease already ended, or the backend is away
-                self._rollback_failed(member.name, error)
-            except asyncio.CancelledError as error:  # the release was finished all the same
-                cancelled = error
-        if cancelled is not None:
-            raise cancelled
+            raise_if_cancelled(task, cancels)  # a cancellation the client swallowed
+            return reply
+        if isinstance(step, Take):
+            return await step.member._acquire(step.blocking, step.timeout, step.renew)
+        await step.member.release()  # finished even if the task is cancelled meanwhile
+        return None
 
     async def release(self) -> None:
         """Drop one hold of every name; see :meth:`.MultiLock.release`."""
-        not_owned: list[str] = []
-        errors: list[BaseException] = []
-        for member in reversed(self._members):
-            try:
-                await member.release()
-            except LockNotOwnedError:
-                not_owned.append(member.name)
-            except (LockError, asyncio.CancelledError) as error:  # the others still go
-                errors.append(error)
-        _raise_cancelled(errors)
-        self._raise_failures("release", not_owned, errors)
+        _, failures = await _aeach(reversed(self._members), lambda member: member.release())
+        self._raise_failures("release", failures)
 
     async def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Extend the lease of every name; return the shortest. See :meth:`.MultiLock.extend`."""
-        not_owned: list[str] = []
-        errors: list[BaseException] = []
-        leases: list[float] = []
-        for member in self._members:
-            try:
-                leases.append(await member.extend(seconds, replace=replace))
-            except LockNotOwnedError:
-                not_owned.append(member.name)
-            except (LockError, asyncio.CancelledError) as error:  # the others still go
-                errors.append(error)
-        _raise_cancelled(errors)
-        self._raise_failures("extend", not_owned, errors)
+        leases, failures = await _aeach(
+            self._members, lambda member: member.extend(seconds, replace=replace)
+        )
+        self._raise_failures("extend", failures)
         return min(leases)
 
     async def check(self) -> None:
         """Raise :class:`LockLostError` naming every name lost; see :meth:`.MultiLock.check`."""
-        lost: list[str] = []
-        for member in self._members:
-            try:
-                await member.check()
-            except LockLostError:
-                lost.append(member.name)
+        lost = self._lost_in((await _aeach(self._members, lambda member: member.check()))[1])
         if lost:
             raise self._lost_error(lost)
 
@@ -182,20 +122,10 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lost: list[str] = []
-        errors: list[BaseException] = []
-        for member in reversed(self._members):
-            try:
-                await member._leave()
-            except LockLostError:
-                lost.append(member.name)
-            except (LockError, asyncio.CancelledError) as error:  # the others still go
-                errors.append(error)
-        _raise_cancelled(errors)
-        if errors:
-            raise errors[0]
+        _, failures = await _aeach(reversed(self._members), lambda member: member._leave())
+        lost = self._lost_in(failures)
         if lost and exc is None and self.raise_on_lost:
-            raise self._lost_error(sorted(lost))
+            raise self._lost_error(lost)
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate the coroutine function ``func`` so each call runs holding every name."""
@@ -213,11 +143,18 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         return locked_call
 
 
-def _raise_cancelled(errors: list[BaseException]) -> None:
-    """Raise the cancellation among ``errors``, once every name has been seen to."""
-    for error in errors:
-        if isinstance(error, asyncio.CancelledError):
-            raise error
+async def _aeach(
+    members: Iterable[AsyncLock], call: Callable[[AsyncLock], Awaitable[T]]
+) -> tuple[list[T], Failures]:
+    """Await ``call`` on every member, whatever each meets (a cancellation too); see _each."""
+    results: list[T] = []
+    failures: Failures = []
+    for member in members:
+        try:
+            results.append(await call(member))
+        except (LockError, asyncio.CancelledError) as error:  # the others still go
+            failures.append((member.name, error))
+    return results, failures
 
 
 #: ``alock_all(names, ...)`` builds an :class:`AsyncMultiLock`: ``async with alock_all([...]):``.

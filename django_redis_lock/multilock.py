@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from ._core.multi import MultiLockBase
-from .exceptions import LockArgumentTypeError, LockError, LockLostError, LockNotOwnedError
+from ._core.multi import Failures, MultiLockBase
+from ._core.multi_steps import AtOnce, MultiStep, Reply, Take, drive
+from .exceptions import LockArgumentTypeError, LockError
 from .handler import locks
 from .lock import Lock
 
@@ -22,6 +23,7 @@ __all__ = ["MultiLock", "lock_all"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class MultiLock(MultiLockBase[Lock]):
@@ -57,54 +59,16 @@ class MultiLock(MultiLockBase[Lock]):
 
     def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
         """Take every name; return None, or the name that could not be taken (none kept)."""
-        deadline = self._deadline(timeout)
-        outcome = self._take_at_once(blocking, renew)
-        if outcome is True:
-            self._bind()
-            return None
-        if outcome is not None and not blocking:
-            return outcome
-        while True:
-            taken: list[Lock] = []
-            try:
-                for member in self._members:
-                    left = self._left(deadline) if blocking else None
-                    if not member._acquire(blocking, left, renew):
-                        self._give_back(taken)
-                        return member.name
-                    taken.append(member)
-                acquisition = self._bind()
-            except BaseException:
-                self._give_back(taken)
-                raise
-            ended = self._ended()
-            if ended is None:
-                return None
-            self._unbind(acquisition)
-            self._give_back(taken)  # and start again, if there is time left
-            if not blocking or self._left(deadline) == 0:
-                return ended
+        # The plan decides; this runs its steps, and throws their errors back in.
+        return drive(self._plan(locks[self.using], blocking, timeout, renew), self._run)
 
-    def _take_at_once(self, blocking: bool, renew: bool) -> Literal[True] | str | None:
-        """Try to take every name in one step; see :meth:`MultiLockBase._took_at_once`."""
-        backend = locks[self.using]
-        once = self._at_once(backend)
-        if once is None:
-            return None
-        try:
-            result = backend.acquire_all(self.names, once.owner, once.request, once.holds)
-        except BaseException:
-            self._withdraw_at_once(once)  # no answer: what it took is undone later
-            raise
-        return self._took_at_once(once, result, blocking, renew)
-
-    def _give_back(self, taken: list[Lock]) -> None:
-        """Release what an acquisition that failed took, last first; its errors are logged."""
-        for member in reversed(taken):
-            try:
-                member.release()
-            except LockError as error:  # a lease already ended, or the backend is away
-                self._rollback_failed(member.name, error)
+    def _run(self, step: MultiStep[Lock]) -> Reply:
+        if isinstance(step, AtOnce):
+            return step.backend.acquire_all(self.names, step.owner, step.request, step.holds)
+        if isinstance(step, Take):
+            return step.member._acquire(step.blocking, step.timeout, step.renew)
+        step.member.release()
+        return None
 
     def release(self) -> None:
         """Drop one hold of every name; see :meth:`Lock.release`.
@@ -113,16 +77,8 @@ class MultiLock(MultiLockBase[Lock]):
         names those the caller did not hold (never acquired, released, or lost), and any
         other error is raised.
         """
-        not_owned: list[str] = []
-        errors: list[BaseException] = []
-        for member in reversed(self._members):
-            try:
-                member.release()
-            except LockNotOwnedError:
-                not_owned.append(member.name)
-            except LockError as error:
-                errors.append(error)
-        self._raise_failures("release", not_owned, errors)
+        _, failures = _each(reversed(self._members), lambda member: member.release())
+        self._raise_failures("release", failures)
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the lease of every name (or set it); return the shortest.
@@ -131,27 +87,15 @@ class MultiLock(MultiLockBase[Lock]):
         :class:`LockNotOwnedError` names those the caller does not hold (an ended lease is
         never revived), and any other error is raised.
         """
-        not_owned: list[str] = []
-        errors: list[BaseException] = []
-        leases: list[float] = []
-        for member in self._members:
-            try:
-                leases.append(member.extend(seconds, replace=replace))
-            except LockNotOwnedError:
-                not_owned.append(member.name)
-            except LockError as error:
-                errors.append(error)
-        self._raise_failures("extend", not_owned, errors)
+        leases, failures = _each(
+            self._members, lambda member: member.extend(seconds, replace=replace)
+        )
+        self._raise_failures("extend", failures)
         return min(leases)
 
     def check(self) -> None:
         """Raise :class:`LockLostError` naming each name lost; see :meth:`Lock.check`."""
-        lost: list[str] = []
-        for member in self._members:
-            try:
-                member.check()
-            except LockLostError:
-                lost.append(member.name)
+        lost = self._lost_in(_each(self._members, lambda member: member.check())[1])
         if lost:
             raise self._lost_error(lost)
 
@@ -187,19 +131,9 @@ class MultiLock(MultiLockBase[Lock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lost: list[str] = []
-        errors: list[LockError] = []
-        for member in reversed(self._members):
-            try:
-                member._leave()
-            except LockLostError:
-                lost.append(member.name)
-            except LockError as error:
-                errors.append(error)
-        if errors:
-            raise errors[0]
+        lost = self._lost_in(_each(reversed(self._members), lambda member: member._leave())[1])
         if lost and exc is None and self.raise_on_lost:
-            raise self._lost_error(sorted(lost))
+            raise self._lost_error(lost)
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding every name."""
@@ -216,6 +150,18 @@ class MultiLock(MultiLockBase[Lock]):
                 return func(*args, **kwargs)
 
         return locked_call
+
+
+def _each(members: Iterable[Lock], call: Callable[[Lock], T]) -> tuple[list[T], Failures]:
+    """Call ``call`` on every member, whatever each meets; return its results and failures."""
+    results: list[T] = []
+    failures: Failures = []
+    for member in members:
+        try:
+            results.append(call(member))
+        except LockError as error:
+            failures.append((member.name, error))
+    return results, failures
 
 
 #: ``lock_all(names, ...)`` builds a :class:`MultiLock`: ``with lock_all([...]):``.
