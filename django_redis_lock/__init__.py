@@ -1,6 +1,5 @@
 """Distributed locks on Redis for Django and Celery."""
 
-from .aio_multilock import AsyncMultiLock, alock_all
 from .exceptions import (
     BackendUnavailableError,
     DuplicateTaskError,
@@ -16,7 +15,7 @@ from .exceptions import (
 from .handler import locks
 from .leader import Campaign, Term, leader
 from .lock import AsyncLock, Lock, alock, lock
-from .multilock import MultiLock, lock_all
+from .multilock import AsyncMultiLock, MultiLock, alock_all, lock_all
 from .rwlock import AsyncReadWriteLock, ReadWriteLock, arwlock, rwlock
 
 __version__ = "0.1.0.dev0"

@@ -1,25 +1,31 @@
-"""Several locks at once: :func:`lock_all` returns a :class:`MultiLock`.
+"""Several locks at once: :func:`lock_all` builds a :class:`MultiLock`; :func:`alock_all`, its
+asyncio twin.
 
 The names are taken one by one, in one order for every caller (sorted), so two multi-locks
 over overlapping sets never wait for each other for ever; one that cannot take a name in
-time gives back those it took before it returns. See "Several locks at once" in the docs.
+time gives back those it took before it returns. Both twins drive the one plan of
+``_core/multi_steps.py``; each only runs its steps, blocking or awaited. The asyncio twin's
+owner is the calling asyncio task, and a task cancelled while acquiring keeps none of the
+names. See "Several locks at once" in the docs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from ._core.aio import pending_cancels, raise_if_cancelled
 from ._core.multi import Failures, MultiLockBase
-from ._core.multi_steps import AtOnce, MultiStep, Reply, Take, drive
+from ._core.multi_steps import AtOnce, MultiStep, Reply, Take, adrive, drive
 from .exceptions import LockArgumentTypeError, LockError
 from .handler import locks
-from .lock import Lock
+from .lock import AsyncLock, Lock
 
-__all__ = ["MultiLock", "lock_all"]
+__all__ = ["AsyncMultiLock", "MultiLock", "alock_all", "lock_all"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -166,3 +172,136 @@ def _each(members: Iterable[Lock], call: Callable[[Lock], T]) -> tuple[list[T], 
 
 #: ``lock_all(names, ...)`` builds a :class:`MultiLock`: ``with lock_all([...]):``.
 lock_all = MultiLock
+
+
+class AsyncMultiLock(MultiLockBase[AsyncLock]):
+    """The locks ``names`` for asyncio code, held together; see :class:`~.MultiLock`.
+
+    ``await m.acquire()``, ``await m.release()``, ``await m.check()``, ``async with
+    alock_all(names):``. ``on_lost`` is called on the holder's event loop; if it returns an
+    awaitable, that is run as a task there.
+    """
+
+    def _member(self, name: str, **arguments: Any) -> AsyncLock:
+        return AsyncLock(name, **arguments)
+
+    # Acquiring and releasing -----------------------------------------------------------------
+
+    async def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire every name, or none; see :meth:`.MultiLock.acquire`.
+
+        A task cancelled while acquiring keeps none of the names.
+        """
+        arguments = self._members[0]._acquire_arguments(blocking, timeout)
+        return await self._take(*arguments) is None
+
+    async def _take(self, blocking: bool, timeout: float | None, renew: bool) -> str | None:
+        """Take every name; return None, or the name that could not be taken (none kept)."""
+        # The plan decides; this runs its steps, and throws their errors back in.
+        task = asyncio.current_task()
+        cancels = pending_cancels(task)
+        steps = self._plan(locks[self.using], blocking, timeout, renew)
+        return await adrive(steps, lambda step: self._run(step, task, cancels))
+
+    async def _run(
+        self, step: MultiStep[AsyncLock], task: asyncio.Task[object] | None, cancels: int
+    ) -> Reply:
+        if isinstance(step, AtOnce):
+            try:
+                reply = await step.backend.aacquire_all(
+                    self.names, step.owner, step.request, step.holds
+                )
+            except LockError:
+                raise_if_cancelled(task, cancels)  # a time-out standing for a cancellation
+                raise
+            raise_if_cancelled(task, cancels)  # a cancellation the client swallowed
+            return reply
+        if isinstance(step, Take):
+            return await step.member._acquire(step.blocking, step.timeout, step.renew)
+        await step.member.release()  # finished even if the task is cancelled meanwhile
+        return None
+
+    async def release(self) -> None:
+        """Drop one hold of every name; see :meth:`.MultiLock.release`."""
+        _, failures = await _aeach(reversed(self._members), lambda member: member.release())
+        self._raise_failures("release", failures)
+
+    async def extend(self, seconds: float, *, replace: bool = False) -> float:
+        """Extend the lease of every name; return the shortest. See :meth:`.MultiLock.extend`."""
+        leases, failures = await _aeach(
+            self._members, lambda member: member.extend(seconds, replace=replace)
+        )
+        self._raise_failures("extend", failures)
+        return min(leases)
+
+    async def check(self) -> None:
+        """Raise :class:`LockLostError` naming every name lost; see :meth:`.MultiLock.check`."""
+        lost = self._lost_in((await _aeach(self._members, lambda member: member.check()))[1])
+        if lost:
+            raise self._lost_error(lost)
+
+    # Inspection ------------------------------------------------------------------------------
+
+    async def locked(self) -> bool:
+        """Return whether any owner holds any of the names."""
+        return any([await member.locked() for member in self._members])
+
+    async def owned(self) -> bool:
+        """Return whether the calling task holds every name."""
+        return all([await member.owned() for member in self._members])
+
+    async def ttl(self) -> float | None:
+        """Return the seconds left of the shortest lease of the names; see MultiLock.ttl."""
+        return self._shortest([await member.ttl() for member in self._members])
+
+    # Context manager -------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncMultiLock:
+        refused = await self._take(*self._members[0]._block_arguments())
+        if refused is not None:
+            raise self._not_acquired(refused)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        _, failures = await _aeach(reversed(self._members), lambda member: member._leave())
+        lost = self._lost_in(failures)
+        if lost and exc is None and self.raise_on_lost:
+            raise self._lost_error(lost)
+
+    def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        """Decorate the coroutine function ``func`` so each call runs holding every name."""
+        if not inspect.iscoroutinefunction(func):
+            raise LockArgumentTypeError(
+                f"alock_all() decorates coroutine functions; {func!r} is not one. Use "
+                "lock_all() for plain functions."
+            )
+
+        @functools.wraps(func)
+        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
+            async with self:
+                return await func(*args, **kwargs)
+
+        return locked_call
+
+
+async def _aeach(
+    members: Iterable[AsyncLock], call: Callable[[AsyncLock], Awaitable[T]]
+) -> tuple[list[T], Failures]:
+    """Await ``call`` on every member, whatever each meets (a cancellation too); see _each."""
+    results: list[T] = []
+    failures: Failures = []
+    for member in members:
+        try:
+            results.append(await call(member))
+        except (LockError, asyncio.CancelledError) as error:  # the others still go
+            failures.append((member.name, error))
+    return results, failures
+
+
+#: ``alock_all(names, ...)`` builds an :class:`AsyncMultiLock`: ``async with alock_all([...]):``.
+alock_all = AsyncMultiLock
