@@ -22,6 +22,7 @@ from ._core.aio import finish, on_holders_loop, pending_cancels, raise_if_cancel
 from ._core.handle import LockHandle, Step, WaitThenClaim, Withdraw
 from ._core.holds import Hold
 from ._core.owner import TASKS, current_owner
+from ._core.steps import adrive, drive
 from ._core.validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
@@ -91,17 +92,7 @@ class Lock(LockHandle):
         # The loop decides; this sends its calls, and throws their errors back in.
         backend, owner = locks[self.using], self._owner_token()
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
-        try:
-            call = next(steps)
-            while True:
-                try:
-                    reply = self._call(backend, owner, call)
-                except BaseException as error:
-                    call = steps.throw(error)
-                else:
-                    call = steps.send(reply)
-        except StopIteration as done:
-            return bool(done.value)
+        return drive(steps, lambda call: self._call(backend, owner, call))
 
     def _call(self, backend: BaseLockBackend, owner: str, call: Step) -> AcquireResult | None:
         if isinstance(call, AcquireRequest):
@@ -260,17 +251,12 @@ class AsyncLock(LockHandle):
         steps = self._steps(backend, owner, blocking, timeout, renew=renew)
         task = asyncio.current_task()
         cancels = pending_cancels(task)
+
+        def call(step: Step) -> Awaitable[AcquireResult | None]:
+            return self._call(backend, owner, step, task, cancels)
+
         try:
-            call = next(steps)
-            while True:
-                try:
-                    reply = await self._call(backend, owner, call, task, cancels)
-                except BaseException as error:
-                    call = steps.throw(error)
-                else:
-                    call = steps.send(reply)
-        except StopIteration as done:
-            return bool(done.value)
+            return await adrive(steps, call)
         except BackendUnavailableError:
             raise_if_cancelled(task, cancels)  # the client's time-out stood for a cancellation
             raise

@@ -16,11 +16,13 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 from ._core.aio import pending_cancels, raise_if_cancelled
+from ._core.lock_arguments import LockOptions
 from ._core.multi import Failures, MultiLockBase
-from ._core.multi_steps import AtOnce, MultiStep, Reply, Take, adrive, drive
+from ._core.multi_steps import AtOnce, MultiStep, Reply, Take
+from ._core.steps import adrive, drive
 from .exceptions import LockArgumentTypeError, LockError
 from .handler import locks
 from .lock import AsyncLock, Lock
@@ -35,11 +37,12 @@ T = TypeVar("T")
 class MultiLock(MultiLockBase[Lock]):
     """The locks ``names``, held together: all of them, or none.
 
-    It takes the arguments of :class:`Lock` (``limit`` and ``min_hold`` excepted), applied to
-    every name; ``timeout`` bounds the whole acquisition. The names are de-duplicated and
-    sorted, and acquired in that order; when one cannot be acquired (the timeout passed,
-    a non-blocking try was refused, an error, an interruption) every name already taken is
-    released before :meth:`acquire` returns False or the error is raised.
+    It takes the keyword arguments of :class:`Lock` but ``limit`` and ``min_hold`` (each name
+    is taken as a lock, and one given back must be free at once), applied to every name;
+    ``timeout`` bounds the whole acquisition. The names are de-duplicated and sorted, and
+    acquired in that order; when one cannot be acquired (the timeout passed, a non-blocking
+    try was refused, an error, an interruption) every name already taken is released before
+    :meth:`acquire` returns False or the error is raised.
 
     Losing one name is losing the multi-lock: :attr:`lost` turns true, :meth:`check` raises
     :class:`~django_redis_lock.LockLostError` naming the lost names, ``on_lost(multi_lock)``
@@ -48,8 +51,8 @@ class MultiLock(MultiLockBase[Lock]):
     held and reentrant exactly as a :class:`Lock` of that name.
     """
 
-    def _member(self, name: str, **arguments: Any) -> Lock:
-        return Lock(name, **arguments)
+    def _member(self, name: str, options: LockOptions) -> Lock:
+        return Lock(name, **options)
 
     # Acquiring and releasing -----------------------------------------------------------------
 
@@ -182,8 +185,10 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
     awaitable, that is run as a task there.
     """
 
-    def _member(self, name: str, **arguments: Any) -> AsyncLock:
-        return AsyncLock(name, **arguments)
+    _builder = "alock_all()"
+
+    def _member(self, name: str, options: LockOptions) -> AsyncLock:
+        return AsyncLock(name, **options)
 
     # Acquiring and releasing -----------------------------------------------------------------
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import (
@@ -21,13 +21,12 @@ from ..exceptions import (
     LockNotOwnedError,
 )
 from .handle import LockHandle
+from .lock_arguments import LockOptions, accept_options
 from .multi_steps import AllOrNothing
-from .validation import (
-    refuse_limit_and_min_hold,
-    validate_flag,
-    validate_names,
-    validate_on_lost,
-)
+from .validation import validate_flag, validate_names, validate_on_lost
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Failures", "MultiLockBase"]
 
@@ -40,56 +39,25 @@ Failures = list[tuple[str, BaseException]]
 class MultiLockBase(AllOrNothing[H]):
     """The arguments, members and loss book-keeping of a multi-lock; subclasses do the I/O."""
 
-    def __init__(
-        self,
-        names: Iterable[str],
-        *,
-        ttl: float | None = None,
-        blocking: bool = True,
-        timeout: float | None = None,
-        using: str = DEFAULT_ALIAS,
-        metadata: dict[str, Any] | None = None,
-        limit: int = 1,
-        fair: bool = False,
-        auto_renew: bool | None = None,
-        max_hold: float | None = None,
-        min_hold: float = 0.0,
-        on_lost: Callable[[Any], object] | None = None,
-        raise_on_lost: bool = True,
-        owner: str | None = None,
-    ) -> None:
+    #: How users call the class, as an error about its arguments names it.
+    _builder: ClassVar[str] = "lock_all()"
+
+    def __init__(self, names: Iterable[str], **options: Unpack[LockOptions]) -> None:
         self.names = validate_names(names)
-        refuse_limit_and_min_hold(
-            limit,
-            min_hold,
-            caller="lock_all()",
-            why_limit="it takes each name as a lock (limit=1), not a slot of several semaphores",
-            why_min_hold="a name released because another could not be taken must be free at "
-            "once, not kept held",
+        # limit and min_hold are not a multi-lock's to give: it takes each name as a lock, and
+        # a name given back because another could not be taken must be free at once.
+        accept_options(options, caller=self._builder)
+        self.on_lost = validate_on_lost(options.get("on_lost"))
+        self.raise_on_lost = validate_flag(
+            options.get("raise_on_lost", True), argument="raise_on_lost"
         )
-        self.on_lost = validate_on_lost(on_lost)
-        self.raise_on_lost = validate_flag(raise_on_lost, argument="raise_on_lost")
-        self.using = using
+        self.using = options.get("using", DEFAULT_ALIAS)
         self._bound = weakref.WeakKeyDictionary()
         self._binding = threading.Lock()
-        self._members = tuple(
-            self._member(
-                name,
-                ttl=ttl,
-                blocking=blocking,
-                timeout=timeout,
-                using=using,
-                metadata=metadata,
-                fair=fair,
-                auto_renew=auto_renew,
-                max_hold=max_hold,
-                owner=owner,
-                on_lost=self._on_member_lost,
-            )
-            for name in self.names
-        )
+        each: LockOptions = {**options, "on_lost": self._on_member_lost}
+        self._members = tuple(self._member(name, each) for name in self.names)
 
-    def _member(self, name: str, **arguments: Any) -> H:
+    def _member(self, name: str, options: LockOptions) -> H:
         """Return the single-name handle of ``name``, reporting its losses to this multi-lock."""
         raise NotImplementedError("subclasses of MultiLockBase must provide a _member() method")
 

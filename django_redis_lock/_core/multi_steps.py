@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -35,8 +35,6 @@ __all__ = [
     "MultiSteps",
     "Reply",
     "Take",
-    "adrive",
-    "drive",
 ]
 
 logger = logging.getLogger("django_redis_lock")
@@ -94,36 +92,6 @@ Reply = AcquireAllResult | bool | None
 #: The plan: it yields steps, is sent their replies or thrown their errors, and returns None
 #: when every name is held, else the name that could not be taken (and none is kept).
 MultiSteps = Generator[MultiStep[H], Reply, "str | None"]
-
-
-def drive(steps: Generator[S, R, T], run: Callable[[S], R]) -> T:
-    """Run ``steps`` to its end: send each step's reply back in, or throw its error."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                reply = run(step)
-            except BaseException as error:
-                step = steps.throw(error)
-            else:
-                step = steps.send(reply)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def adrive(steps: Generator[S, R, T], run: Callable[[S], Awaitable[R]]) -> T:
-    """Run ``steps`` to its end as :func:`drive` does, awaiting each step."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                reply = await run(step)
-            except BaseException as error:
-                step = steps.throw(error)
-            else:
-                step = steps.send(reply)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
 
 
 # The plan --------------------------------------------------------------------------------------

@@ -150,31 +150,6 @@ def validate_limit(value: object, *, lock_name: str | None = None) -> int:
     return value
 
 
-def refuse_limit_and_min_hold(
-    limit: object,
-    min_hold: object,
-    *,
-    caller: str,
-    why_limit: str,
-    why_min_hold: str,
-    lock_name: str | None = None,
-) -> None:
-    """Raise if ``limit`` or ``min_hold`` is given to ``caller``, which takes neither.
-
-    Each is checked as ``lock()`` checks it first, so a wrong type is still a type error.
-    """
-    if validate_limit(limit, lock_name=lock_name) != 1:
-        raise InvalidLockArgumentError(
-            f"limit cannot be given to {caller} (got {limit!r}): {why_limit}.",
-            lock_name=lock_name,
-        )
-    if validate_min_hold(min_hold, lock_name=lock_name):
-        raise InvalidLockArgumentError(
-            f"min_hold cannot be given to {caller} (got {min_hold!r}): {why_min_hold}.",
-            lock_name=lock_name,
-        )
-
-
 def validate_metadata(value: object, *, lock_name: str | None = None) -> dict[str, Any]:
     """Return a copy of ``value`` if it is a JSON-serialisable mapping (or None)."""
     if value is None:

@@ -484,9 +484,10 @@ def test_lock_all__bad_names_are_refused(
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [
-        ({"limit": 2}, InvalidLockArgumentError, "limit cannot be given to lock_all() (got 2)"),
-        ({"limit": "2"}, LockArgumentTypeError, "limit must be an int"),
-        ({"min_hold": 5}, InvalidLockArgumentError, "min_hold cannot be given to lock_all()"),
+        ({"limit": 2}, LockArgumentTypeError, "unexpected keyword argument 'limit' (limit: only"),
+        ({"limit": 1}, LockArgumentTypeError, "lock_all() got an unexpected keyword argument"),
+        ({"min_hold": 0}, LockArgumentTypeError, "unexpected keyword argument 'min_hold'"),
+        ({"lease": 5}, LockArgumentTypeError, "unexpected keyword argument 'lease'; it takes"),
         ({"on_lost": 3}, LockArgumentTypeError, "on_lost must be a callable"),
         ({"raise_on_lost": 1}, LockArgumentTypeError, "raise_on_lost must be True or False"),
         ({"ttl": 0}, InvalidLockArgumentError, "ttl must be a finite number"),
