@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ._core.aio import finish, on_holders_loop, pending_cancels, raise_if_cancelled
+from ._core.decorating import held_while_awaited, held_while_called
 from ._core.handle import LockHandle, Step, WaitThenClaim, Withdraw
 from ._core.holds import Hold
 from ._core.owner import TASKS, current_owner
@@ -27,7 +26,6 @@ from ._core.validation import validate_ttl
 from .backends.base import AcquireRequest, AcquireResult, BaseLockBackend
 from .exceptions import (
     BackendUnavailableError,
-    LockArgumentTypeError,
     LockError,
     LockNotOwnedError,
 )
@@ -194,20 +192,7 @@ class Lock(LockHandle):
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding this lock."""
-        if inspect.iscoroutinefunction(func):
-            raise LockArgumentTypeError(
-                f"lock() cannot decorate the coroutine function {func.__qualname__}: it "
-                "would hold the lock while the coroutine is created, not while it runs. "
-                "Use alock() for coroutine functions.",
-                lock_name=self.name,
-            )
-
-        @functools.wraps(func)
-        def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
-            with self:
-                return func(*args, **kwargs)
-
-        return locked_call
+        return held_while_called(self, func, builder="lock", lock_name=self.name)
 
 
 #: ``lock(name, ...)`` builds a :class:`Lock`: the name reads well in ``with lock(...):``.
@@ -362,19 +347,7 @@ class AsyncLock(LockHandle):
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate the coroutine function ``func`` so each call runs holding this lock."""
-        if not inspect.iscoroutinefunction(func):
-            raise LockArgumentTypeError(
-                f"alock() decorates coroutine functions; {func!r} is not one. Use lock() "
-                "for plain functions.",
-                lock_name=self.name,
-            )
-
-        @functools.wraps(func)
-        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
-            async with self:
-                return await func(*args, **kwargs)
-
-        return locked_call
+        return held_while_awaited(self, func, builder="lock", lock_name=self.name)
 
 
 #: ``alock(name, ...)`` builds an :class:`AsyncLock`: ``async with alock(...):``.

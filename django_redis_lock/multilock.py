@@ -12,18 +12,17 @@ names. See "Several locks at once" in the docs.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ._core.aio import pending_cancels, raise_if_cancelled
+from ._core.decorating import held_while_awaited, held_while_called
 from ._core.lock_arguments import LockOptions
 from ._core.multi import Failures, MultiLockBase
 from ._core.multi_steps import AtOnce, MultiStep, Reply, Take
 from ._core.steps import adrive, drive
-from .exceptions import LockArgumentTypeError, LockError
+from .exceptions import LockError
 from .handler import locks
 from .lock import AsyncLock, Lock
 
@@ -146,19 +145,7 @@ class MultiLock(MultiLockBase[Lock]):
 
     def __call__(self, func: Callable[P, R]) -> Callable[P, R]:
         """Decorate ``func`` so each call runs while holding every name."""
-        if inspect.iscoroutinefunction(func):
-            raise LockArgumentTypeError(
-                f"lock_all() cannot decorate the coroutine function {func.__qualname__}: it "
-                "would hold the locks while the coroutine is created, not while it runs. "
-                "Use alock_all() for coroutine functions."
-            )
-
-        @functools.wraps(func)
-        def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
-            with self:
-                return func(*args, **kwargs)
-
-        return locked_call
+        return held_while_called(self, func, builder="lock_all")
 
 
 def _each(members: Iterable[Lock], call: Callable[[Lock], T]) -> tuple[list[T], Failures]:
@@ -280,18 +267,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
 
     def __call__(self, func: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
         """Decorate the coroutine function ``func`` so each call runs holding every name."""
-        if not inspect.iscoroutinefunction(func):
-            raise LockArgumentTypeError(
-                f"alock_all() decorates coroutine functions; {func!r} is not one. Use "
-                "lock_all() for plain functions."
-            )
-
-        @functools.wraps(func)
-        async def locked_call(*args: P.args, **kwargs: P.kwargs) -> R:
-            async with self:
-                return await func(*args, **kwargs)
-
-        return locked_call
+        return held_while_awaited(self, func, builder="lock_all")
 
 
 async def _aeach(

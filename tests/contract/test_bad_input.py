@@ -15,7 +15,9 @@ from django_redis_lock import (
     LockArgumentTypeError,
     LockError,
     alock,
+    alock_all,
     lock,
+    lock_all,
 )
 from django_redis_lock._core.validation import MAX_NAME_LENGTH, MAX_SECONDS
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
@@ -258,3 +260,32 @@ def test_durations__the_longest_lease_works_on_redis(redis_url: str, prefix: str
         assert backend.release("decade", "owner") == 0
     finally:
         backend.close()
+
+
+def _plain() -> None: ...
+
+
+async def _coroutine() -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("build", "func", "message"),
+    [
+        (lambda: lock("deco"), _coroutine, "lock() cannot decorate the coroutine function"),
+        (lambda: alock("deco"), _plain, "alock() decorates coroutine functions"),
+        (
+            lambda: lock_all(["deco:a", "deco:b"]),
+            _coroutine,
+            "lock_all() cannot decorate the coroutine function",
+        ),
+        (lambda: alock_all(["deco:a", "deco:b"]), _plain, "alock_all() decorates coroutine"),
+    ],
+)
+def test_decorating__the_wrong_kind_of_function_is_refused_when_applied(
+    build: Any, func: Any, message: str
+) -> None:
+    # A blocking handle would hold a coroutine function's lock only while the coroutine is
+    # created; an asyncio one cannot run a plain function. Refused at once, not at a call.
+    with pytest.raises(LockArgumentTypeError) as caught:
+        build()(func)
+    assert message in str(caught.value)
