@@ -2,13 +2,14 @@
 
 An :class:`Entry` also answers the two questions an acquire asks of a lock, by the rules the
 Redis scripts follow (see ``AcquireRequest.limit``): may one more owner hold it, and must
-an owner wait its turn in the queue.
+an owner wait its turn in the queue; and it says how its holders and waiters read in a listing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._info import LockInfo, WaiterInfo
 from ._requests import AcquireRequest, Grant
 
 __all__ = ["CLAIM_SECONDS", "Entry", "Holder", "Waiter"]
@@ -75,3 +76,36 @@ class Entry:
         waiter = self.queue.get(owner)
         if waiter is not None and waiter.limit != unless_limit:
             del self.queue[owner]
+
+    def lock_infos(self, name: str, now: float, wall: float) -> list[LockInfo]:
+        """Return each holder as listed (``now`` on the monotonic clock, ``wall`` the time)."""
+        return [
+            LockInfo.from_record(
+                name=name,
+                owner=owner,
+                holds=h.holds,
+                ttl=h.ends - now,
+                fencing_token=h.fencing_token,
+                acquired_at=h.acquired_at,
+                now=wall,
+                metadata=h.metadata,
+                waiting=len(self.queue),
+            )
+            for owner, h in self.holders.items()
+        ]
+
+    def waiter_infos(self, name: str, now: float, wall: float) -> list[WaiterInfo]:
+        """Return each registered waiter as listed, in queue order."""
+        return [
+            WaiterInfo.from_record(
+                name=name,
+                owner=owner,
+                position=position,
+                fair=w.fair,
+                since=w.since,
+                ends=wall + (w.ends - now),
+                now=wall,
+                metadata=w.metadata,
+            )
+            for position, (owner, w) in enumerate(self.queue.items())
+        ]

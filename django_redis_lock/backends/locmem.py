@@ -354,20 +354,7 @@ class LocMemBackend(BaseLockBackend):
             for name in list(self._locks):
                 entry = self._entry(name, now)
                 if regex.match(name):
-                    infos.extend(
-                        LockInfo.from_record(
-                            name=name,
-                            owner=owner,
-                            holds=h.holds,
-                            ttl=h.ends - now,
-                            fencing_token=h.fencing_token,
-                            acquired_at=h.acquired_at,
-                            now=wall,
-                            metadata=h.metadata,
-                            waiting=len(entry.queue),
-                        )
-                        for owner, h in entry.holders.items()
-                    )
+                    infos.extend(entry.lock_infos(name, now, wall))
                 self._tidy(name, entry)
         yield from infos
 
@@ -375,19 +362,7 @@ class LocMemBackend(BaseLockBackend):
         with self._changed:
             now, wall = time.monotonic(), time.time()
             entry = self._entry(name, now)
-            found = [
-                WaiterInfo.from_record(
-                    name=name,
-                    owner=owner,
-                    position=position,
-                    fair=w.fair,
-                    since=w.since,
-                    ends=wall + (w.ends - now),
-                    now=wall,
-                    metadata=w.metadata,
-                )
-                for position, (owner, w) in enumerate(entry.queue.items())
-            ]
+            found = entry.waiter_infos(name, now, wall)
             self._tidy(name, entry)
         return found
 

@@ -14,7 +14,6 @@ import redis
 import redis.asyncio
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from ..exceptions import InvalidLockBackendError
@@ -46,11 +45,10 @@ from ._redis.protocol import (
     ms,
     release_args,
     seconds,
-    send_together,
 )
-from ._redis.renew import PipelinedRenewal
 from ._redis.replicas import replica_problems, replicated, unreplicated
 from ._redis.scripts import Scripts
+from ._redis.waits import ClaimOnWake
 from .base import (
     AcquireAllResult,
     AcquireRequest,
@@ -70,7 +68,7 @@ logger = logging.getLogger("django_redis_lock")
 _Won = TypeVar("_Won", AcquireResult, Grant)
 
 
-class RedisBackend(PipelinedRenewal):
+class RedisBackend(ClaimOnWake):
     """Locks stored on one Redis server.
 
     OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
@@ -258,64 +256,6 @@ class RedisBackend(PipelinedRenewal):
         command: Callable[..., Any] = self.client.execute_command
         with self._errors(name):
             return granted(command("BLPOP", key, f"{window:.3f}"))
-
-    def wait_and_claim(
-        self, name: str, owner: str, timeout: float, request: AcquireRequest
-    ) -> AcquireResult:
-        # BLPOP and the claim sent together: the server runs the claim the moment the wait
-        # ends, and the waiter wakes once, to both replies.
-        window = min(timeout, self.max_wait)
-        if self.wait_replicas or window < 0.001:
-            return super().wait_and_claim(name, owner, timeout, request)
-        args = acquire_args(owner, request, self._fencing_arg)
-        with self._errors(name):
-            self._scripts.load(self.client, "acquire")
-            reply = self._wait_then_claim(name, owner, window, args)
-        result = self._claimed(name, reply)
-        return acquired(self._run("acquire", name, args)) if result is None else result
-
-    def _wait_then_claim(self, name: str, owner: str, window: float, args: list[Any]) -> Any:
-        # The claim's reply (or error reply). Sent together and read back directly: a redis-py
-        # Pipeline's bookkeeping would run after the wake-up, on the handoff's clock.
-        return send_together(
-            self.client.connection_pool, self._wait_commands(name, owner, window, args)
-        )[1]
-
-    async def await_and_claim(
-        self, name: str, owner: str, timeout: float, request: AcquireRequest
-    ) -> AcquireResult:
-        window = min(timeout, self.max_wait)
-        if self.wait_replicas or window < 0.001:
-            return await super().await_and_claim(name, owner, timeout, request)
-        args = acquire_args(owner, request, self._fencing_arg)
-        client = await self._async_clients.get()
-        pipe = client.pipeline(transaction=False)
-        for command in self._wait_commands(name, owner, window, args):
-            pipe.execute_command(*command)
-        try:
-            replies = await pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
-            raise self._unavailable(exc, name) from exc
-        result = self._claimed(name, replies[1])
-        return acquired(await self._arun("acquire", name, args)) if result is None else result
-
-    def _wait_commands(
-        self, name: str, owner: str, window: float, args: list[Any]
-    ) -> list[tuple[Any, ...]]:
-        # BLPOP on the owner's wake-up list, then the claim.
-        return [
-            ("BLPOP", self.key(name, f"s:{owner}"), f"{window:.3f}"),
-            ("EVALSHA", self._scripts.sha["acquire"], 1, self.key(name), *args),
-        ]
-
-    def _claimed(self, name: str, reply: Any) -> AcquireResult | None:
-        """Return the claim's reply, sent with a wait; None if the server lost the script."""
-        if isinstance(reply, NoScriptError):  # the server lost its scripts (a restart)
-            self._scripts.lost("acquire")
-            return None
-        if isinstance(reply, redis.RedisError):
-            raise self._unavailable(reply, name) from reply
-        return acquired(reply)
 
     # wait_replicas: each acquire, then WAIT, on one connection -----------------------------
 
