@@ -16,13 +16,16 @@ The pytest fixtures built on it live in :mod:`django_redis_lock.testing.pytest_p
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -62,11 +65,48 @@ def find_binary(name: str) -> str:
     )
 
 
+# Under pytest-xdist each worker process takes its ports from its own share of a range below
+# the system's ephemeral ports (the pytest plugin sets the share): a port one worker stopped a
+# server on, to start it again there, is never handed to another worker, nor taken meanwhile as
+# a client's source port. A share is every 16th port, and 16 divides the cluster bus offset
+# (port + 10000, still below 32768), so a node's bus port is in its worker's share too.
+_SHARED_PORTS = range(12000, 22000)
+_SHARES = 16
+_share: Iterator[int] | None = None
+
+
+def _use_port_share(index: int | None) -> None:
+    """Take the ports of later servers from share ``index`` of the range (None: any port)."""
+    global _share  # noqa: PLW0603  (one setting for the process, as the plugin sets it)
+    if index is None:
+        _share = None
+        return
+    ports = _SHARED_PORTS[index % _SHARES :: _SHARES]
+    # From a random point on: another session's worker of the same index walks elsewhere.
+    start = random.randrange(len(ports))  # noqa: S311  (not a secret)
+    _share = itertools.cycle([*ports[start:], *ports[:start]])
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 def _free_port() -> int:
+    if _share is not None:
+        for _ in range(len(_SHARED_PORTS) // _SHARES):
+            port = next(_share)
+            if _bindable(port):
+                return port
+        raise RedisServerError("no free loopback port left in this worker's share")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        any_port: int = sock.getsockname()[1]
+        return any_port
 
 
 class RedisServer:

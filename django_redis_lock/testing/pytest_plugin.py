@@ -10,17 +10,28 @@ Enable with ``pytest_plugins = ["django_redis_lock.testing.pytest_plugin"]`` in 
 ``redis_locks``
     ``LOCKS`` pointed at that server, with a key prefix unique to the test, for the test's
     duration (``settings`` fixture of pytest-django not needed).
+
+Under pytest-xdist, each worker starts its servers on ports of its own, so that a server one
+worker stops and starts again on its port never finds another worker's server there.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from . import RedisServer
+from . import RedisServer, _use_port_share
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give an xdist worker (``PYTEST_XDIST_WORKER=gw<n>``) its own share of the ports."""
+    worker = re.fullmatch(r"gw(\d+)", os.environ.get("PYTEST_XDIST_WORKER", ""))
+    _use_port_share(int(worker.group(1)) if worker else None)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -13,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .. import RedisServer, RedisServerError, _free_port, find_binary
+from .. import RedisServer, RedisServerError, _bindable, _free_port, find_binary
 
 HOST = "127.0.0.1"
 CLUSTER_BUS_OFFSET = 10000
@@ -37,15 +36,6 @@ def find_redis_cli() -> str:
 
 # --------------------------------------------------------------------------------------------
 # Helpers
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def _reserve_port(*, cluster_bus: bool = False, attempts: int = 200) -> int:
