@@ -65,18 +65,49 @@ class _Log:
         os.write(self.fd, (" ".join(map(str, words)) + "\n").encode())
 
 
+class Window:
+    """When a run's workers stop, shared with them: ``seconds`` from when the first are ready.
+
+    A spawned worker imports Django before it takes a lock, which takes a second or more on a
+    loaded machine: a window counted from the spawn would lose that time, and draw fewer
+    acquisitions and faults. A worker started again after a kill joins the window as it is.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.ready = spawn.Value("i", 0)
+        self.until = spawn.Value("d", 0.0)
+
+    def join(self) -> float:
+        """In a worker that is ready to run: wait for the window; return its end (monotonic)."""
+        with self.ready.get_lock():
+            self.ready.value += 1
+        while not self.until.value:
+            time.sleep(0.01)
+        return float(self.until.value)
+
+    def open(self, children: dict[int, multiprocessing.process.BaseProcess]) -> float:
+        """Once every child is ready (or has ended), start the window; return its end."""
+        deadline = time.monotonic() + 120
+        while self.ready.value < len(children) and all(c.is_alive() for c in children.values()):
+            assert time.monotonic() < deadline, "the workers did not start within 120 s"
+            time.sleep(0.01)
+        self.until.value = time.monotonic() + self.seconds
+        return float(self.until.value)
+
+
 def worker(
     setting: dict[str, Any],
     name: str,
     slot: int,
     inside: Any,
     log_path: str,
-    until: float,
+    window: Window,
     seed: int,
     use_asyncio: bool,
     rounds: Rounds | None = None,
 ) -> None:
-    """Take ``name`` again and again until ``until`` (monotonic), logging what ran when.
+    """Take ``name`` again and again until the ``window`` ends, logging what ran when.
 
     ``rounds`` are the blocking and the asyncio loop of acquisitions (by default, this
     module's, on a lock); tests/support/stress_rwlock.py gives those of a read-write lock.
@@ -84,6 +115,7 @@ def worker(
     log = prepare(setting, log_path)
     rng = random.Random(seed)
     blocking, asynchronous = rounds or (_rounds, _async_rounds)
+    until = window.join()
     if use_asyncio:
         asyncio.run(asynchronous(name, slot, inside, log, until, rng))
     else:
@@ -264,7 +296,7 @@ def run(
     """
     rng = random.Random(seed)
     inside = spawn.Array("q", processes, lock=False)
-    until = time.monotonic() + seconds
+    window = Window(seconds)
     chaos_log = _Log(str(directory / "chaos.log"))
     counter = itertools.count()
     children: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -279,7 +311,7 @@ def run(
                 slot,
                 inside,
                 str(directory / f"worker-{number}.log"),
-                until,
+                window,
                 seed * 1000 + number,
                 slot < processes * asyncio_share,
                 rounds,
@@ -291,7 +323,7 @@ def run(
 
     for slot in range(processes):
         start(slot)
-    time.sleep(2.0)  # the workers start (a spawned interpreter imports Django first)
+    until = window.open(children)
     if chaos:
         _chaos(rng, children, inside, chaos_log, until, start)
     crashed = finish(children, until)

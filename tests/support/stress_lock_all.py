@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .stress import TIMEOUTS, TTLS, Report, _chaos, _Log, _setup, check, finish
+from .stress import TIMEOUTS, TTLS, Report, Window, _chaos, _Log, _setup, check, finish
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -29,11 +29,11 @@ def worker(
     names: list[str],
     directory: str,
     number: int,
-    until: float,
+    window: Window,
     seed: int,
     use_asyncio: bool,
 ) -> None:
-    """Take lock_all over random subsets of ``names`` until ``until``, logging each name."""
+    """Take lock_all over random subsets of ``names`` until the ``window`` ends, logging each."""
     _setup(setting)
     import logging
 
@@ -49,6 +49,7 @@ def worker(
 
     lock_lost.connect(reported, weak=False)
     rng = random.Random(seed)
+    until = window.join()
     if use_asyncio:
         asyncio.run(_async_rounds(names, logs, until, rng))
     else:
@@ -150,7 +151,7 @@ def run(
     for name in chosen:
         (directory / name).mkdir()
     inside = spawn.Array("q", processes, lock=False)  # the chaos thread clears a killed slot
-    until = time.monotonic() + seconds
+    window = Window(seconds)
     chaos_log = _Log(str(directory / "chaos.log"))
     counter = itertools.count()
     children: dict[int, multiprocessing.process.BaseProcess] = {}
@@ -159,7 +160,7 @@ def run(
         number = next(counter)
         child = spawn.Process(
             target=worker,
-            args=(setting, chosen, str(directory), number, until, seed * 1000 + number, slot < 2),
+            args=(setting, chosen, str(directory), number, window, seed * 1000 + number, slot < 2),
             daemon=True,
         )
         child.start()
@@ -167,7 +168,7 @@ def run(
 
     for slot in range(processes):
         start(slot)
-    time.sleep(2.0)  # the workers start (a spawned interpreter imports Django first)
+    until = window.open(children)
     _chaos(rng, children, inside, chaos_log, until, start)
     crashed = finish(children, until)
     reports = {}
