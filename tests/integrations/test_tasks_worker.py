@@ -209,7 +209,7 @@ def test_enqueue__refuses_duplicates_while_queued_or_running_then_accepts(
     workers: Pool, key: str, task: str, enqueue: str
 ) -> None:
     """A run 1.5 times its lease (ttl=2): renewal keeps its claim as it keeps its lock."""
-    first = workers.send(task, key, "first", 3.0, countdown=0.5)
+    first = workers.send(task, key, "first", 3.0, countdown=2.0)
     [outcome] = workers.enqueue(call(task, key=key, run="queued", seconds=0.0))
     assert workers.row(first).status == "READY", "the first task was not queued any more"
     assert_refused(outcome, enqueue, first)
