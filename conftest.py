@@ -1,3 +1,7 @@
-"""Root conftest: loads the package's pytest plugin after coverage has started."""
+"""Root conftest: loads the pytest plugins after coverage has started."""
 
-pytest_plugins = ["django_redis_lock.testing.pytest_plugin"]
+pytest_plugins = [
+    "django_redis_lock.testing.pytest_plugin",
+    # Under xdist: each module's tests on one worker, the tests marked serial alone.
+    "tests.support.scheduling",
+]

@@ -440,6 +440,7 @@ async def test_asyncio_timeout__a_timed_out_acquire_leaves_no_trace(
 # 4. The event loop is never blocked ------------------------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_loop_not_blocked__while_a_task_waits_for_a_lock_held_by_a_thread(
     raw_redis: redis_py.Redis,
@@ -479,6 +480,7 @@ async def test_loop_not_blocked__while_a_task_waits_for_a_lock_held_by_a_thread(
     assert not backend.locked(name)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_loop_not_blocked__while_a_task_holds_with_renewal_for_several_leases() -> None:
     name = "faults:heartbeat-hold"
@@ -500,6 +502,7 @@ async def test_loop_not_blocked__while_a_task_holds_with_renewal_for_several_lea
 # 5. Blocking and asyncio holders across processes ----------------------------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 async def test_processes__an_async_waiter_acquires_when_a_process_releases(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis

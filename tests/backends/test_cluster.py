@@ -207,6 +207,7 @@ def test_slots__every_key_of_a_lock_is_in_one_slot(
 # Contention and handoff ----------------------------------------------------------------------
 
 
+@pytest.mark.serial
 def test_handoff__a_blocked_waiter_is_handed_the_lock_at_release(
     backend: RedisClusterBackend,
 ) -> None:

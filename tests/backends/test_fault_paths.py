@@ -290,6 +290,7 @@ def test_timed_out_acquire__a_retry_never_inherits_the_late_hold(
         handle.release()
 
 
+@pytest.mark.serial
 def test_timed_out_wait__its_registration_never_swallows_a_grant(
     own_server: RedisServer,
 ) -> None:

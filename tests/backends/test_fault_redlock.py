@@ -54,6 +54,7 @@ def holders(server: RedisServer, redlock: RedlockBackend, name: str) -> list[byt
         client.close()
 
 
+@pytest.mark.serial
 def test_one_master_frozen__calls_return_once_a_majority_answered(
     masters: list[RedisServer], redlock: RedlockBackend
 ) -> None:

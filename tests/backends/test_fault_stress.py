@@ -26,7 +26,8 @@ import pytest
 from django_redis_lock.testing.topologies import IndependentMasters, RedisClusterServers
 from tests.support import stress, stress_lock_all, stress_rwlock
 
-pytestmark = pytest.mark.slow
+# Many processes at once, their pace asserted: one such module runs at a time under xdist.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
 
 SECONDS = float(os.environ.get("STRESS_SECONDS", "20"))
 #: The length of every run but the one of ``lock`` on one Redis.

@@ -22,7 +22,8 @@ from django_redis_lock import lock_all
 from tests.support import lock_all_workers
 from tests.support.helpers import eventually
 
-pytestmark = pytest.mark.slow
+# Many processes at once, their pace asserted: one such module runs at a time under xdist.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
 
 spawn = multiprocessing.get_context("spawn")
 

@@ -16,7 +16,8 @@ from django_redis_lock import LockNotOwnedError, lock, locks
 from tests.support import workers
 from tests.support.helpers import eventually
 
-pytestmark = pytest.mark.slow
+# Many processes at once, their pace asserted: one such module runs at a time under xdist.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
 
 spawn = multiprocessing.get_context("spawn")
 

@@ -29,7 +29,8 @@ from tests.support import rwlock_workers
 from tests.support.helpers import eventually, in_thread
 from tests.support.rwlock_workers import NAME, side_of
 
-pytestmark = pytest.mark.slow
+# Many processes at once, their pace asserted: one such module runs at a time under xdist.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("processes")]
 
 spawn = multiprocessing.get_context("spawn")
 
@@ -143,6 +144,7 @@ def test_check_log__catches_a_writer_beside_anyone_and_fencing_out_of_order() ->
         check_log([*good, {"event": "refused", "mode": "write", "pid": 1}])
 
 
+@pytest.mark.serial
 def test_rwlock__8_reader_and_2_writer_processes_share_exclude_and_no_writer_starves(
     redis_url: str, prefix: str, raw_redis: redis_py.Redis
 ) -> None:

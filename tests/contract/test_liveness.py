@@ -21,6 +21,7 @@ from tests.support.helpers import eventually, in_thread, queued
 META = holder_metadata(host="h", pid=1, thread="t")
 
 
+@pytest.mark.serial
 @pytest.mark.needs("waiter_queue")
 def test_handoff__a_waiter_acquires_promptly_after_each_release(
     using: str, backend: BaseLockBackend

@@ -113,6 +113,7 @@ def test_lock_all__a_name_held_elsewhere_leaves_nothing_held(using: str) -> None
     assert held_names(using, NAMES) == set()
 
 
+@pytest.mark.serial
 def test_lock_all__the_timeout_bounds_the_whole_acquisition(using: str) -> None:
     # a is freed after 0.6 s, c never: one timeout per name would wait 0.6 + 0.8 s.
     other = OtherOwner(using, "all:a", "all:c")

@@ -84,6 +84,7 @@ def test_min_hold__another_owner_is_refused_until_the_window_ends(
     assert holders(backend, "minhold:other") == []
 
 
+@pytest.mark.serial
 def test_min_hold__the_listing_shows_the_window_held_by_nobody(
     using: str, backend: BaseLockBackend
 ) -> None:
@@ -292,6 +293,7 @@ def test_min_hold__an_owner_token_of_the_window_holders_is_refused() -> None:
 # A holder that dies keeps no window: its lease ends as it would have ------------------------
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 @pytest.mark.needs("processes")
 def test_min_hold__a_killed_holder_frees_the_lock_when_its_lease_ends(
@@ -322,6 +324,7 @@ def test_min_hold__a_killed_holder_frees_the_lock_when_its_lease_ends(
 # The asyncio twin ----------------------------------------------------------------------------
 
 
+@pytest.mark.serial
 async def test_min_hold__asyncio__other_tasks_and_the_same_task_wait_for_the_window(
     using: str, backend: BaseLockBackend
 ) -> None:

@@ -21,7 +21,7 @@ from django_redis_lock import leader
 from tests.support.celery_harness import beat_messages, celery_beat, stop_beat
 from tests.support.helpers import eventually
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 TTL = 2.0
 #: How long the nodes run after the first message, and when the leader is killed: several

@@ -23,6 +23,7 @@ from tests.support import celery_harness
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,
     pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the test sees deaths by pidfd"),
 ]
 

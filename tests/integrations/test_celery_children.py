@@ -31,6 +31,7 @@ def sleeper() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 
 
+@pytest.mark.serial
 def test_watch__calls_on_death_within_a_fraction_of_a_second(how: str) -> None:
     died: queue.Queue[float] = queue.Queue()
     child = sleeper()

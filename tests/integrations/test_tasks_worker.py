@@ -145,6 +145,7 @@ def test_policy_retry__reenqueues_with_run_after_and_runs_after_the_holder(
     assert holder_end <= retry_start
 
 
+@pytest.mark.serial
 def test_lease__a_killed_workers_lock_is_taken_when_its_lease_ends_not_before(
     workers: Pool, key: str
 ) -> None:
