@@ -3,7 +3,8 @@
 Each module's tests run on one worker (an xdist group per module, ``--dist loadgroup``), so a
 module's costly fixtures (a Celery worker, a Cluster, the demo's run) start once, as they do
 without xdist. A module may name its group itself (``pytest.mark.xdist_group``): the modules
-that run many processes at once share one, and run one after another.
+that run many processes at once share one, and run one after another. The workers write each
+test's group to a file that the controller's scheduler reads.
 
 A test marked ``serial`` bounds how long something took (a handoff, a failover, a dead
 holder's lease) closely enough that a machine busy with other tests could break the bound: it
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -36,16 +39,54 @@ def is_serial(item: pytest.Item | None) -> bool:
     return item is not None and item.get_closest_marker("serial") is not None
 
 
+def group_of(item: pytest.Item) -> str:
+    """Return the group of ``item``: "serial", the name its module gave, or its module's path."""
+    if is_serial(item):
+        return "serial"
+    names = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group") if mark.args})
+    return "_".join(names) or item.nodeid.split("::")[0].split("@")[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests of an xdist worker's session: serial ones first, the others by module."""
-    if getattr(config, "workerinput", None) is None:
+    """Under xdist, collect the serial tests first, so their group is handed out first."""
+    if getattr(config, "workerinput", None) is not None:
+        items.sort(key=lambda item: not is_serial(item))  # stable: the order is kept otherwise
+
+
+@pytest.hookimpl(tryfirst=True)  # before the worker sends its collection to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Write each test's group where the controller's scheduler reads it."""
+    workerinput: dict[str, Any] | None = getattr(session.config, "workerinput", None)
+    if workerinput is None or _DIRECTORY not in workerinput:
         return
-    for item in items:
-        if is_serial(item):
-            item.add_marker(pytest.mark.xdist_group("serial"))
-        elif item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-    items.sort(key=lambda item: not is_serial(item))  # stable: the order is kept otherwise
+    groups = {item.nodeid: group_of(item) for item in session.items}
+    directory = Path(workerinput[_DIRECTORY])
+    written = directory / f"groups-{os.getpid()}.json"
+    written.write_text(json.dumps(groups))
+    written.replace(directory / "groups.json")  # every worker writes the same: the last stays
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Share out the tests by group (``--dist loadgroup``), as the workers wrote them down.
+
+    pytest-xdist's own loadgroup puts a group in the test ids it reads, in a way pytest 9.2
+    no longer honours (each test then goes its own way): the groups are read from a file here.
+    """
+    directory = config.stash.get(_directory_key, None)
+    if directory is None or config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = json.loads(Path(directory, "groups.json").read_text())
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
 
 
 class _Locks:
