@@ -115,7 +115,9 @@ def locks_setting(
     if redlock_urls:
         setting["redlock"] = {
             "BACKEND": "django_redis_lock.backends.redlock.RedlockBackend",
-            "OPTIONS": {"urls": list(redlock_urls), "key_prefix": prefix},
+            # The masters share the machine with other tests' processes: a reply later than
+            # Redlock's default socket timeout (0.2 s) would read as a master that is down.
+            "OPTIONS": {"urls": list(redlock_urls), "key_prefix": prefix, "socket_timeout": 1.0},
         }
     return setting
 
