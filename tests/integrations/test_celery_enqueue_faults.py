@@ -41,7 +41,8 @@ def sending_task(broker_url: str) -> Task:
         task_publish_retry_policy={"max_retries": 1, "interval_start": 0, "interval_max": 0.1},
         task_default_queue=QUEUE,
     )
-    task: Task = app.task(name="faults.sync", bind=True, base=SingleInstanceTask)(
+    # Not shared: the task belongs to this app only, not to every app finalized afterwards.
+    task: Task = app.task(name="faults.sync", bind=True, base=SingleInstanceTask, shared=False)(
         single_instance(key="{customer_id}", enqueue="skip", enqueue_ttl=30)(_sync)
     )
     return task
