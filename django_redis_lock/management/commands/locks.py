@@ -1,51 +1,25 @@
 """``manage.py locks``: list the held locks, show one, or force-release one.
 
-Every subcommand looks at each alias of ``LOCKS`` in turn, or at ``--using ALIAS`` only.
-Listing pages through each backend with ``scan_page()`` and writes each page before reading
-the next, so memory stays bounded however many locks are held (see ``management/listing.py``;
-holders are described by ``django_redis_lock.listing``). The exit status is that of
-:data:`EXIT_STATUS`; every failure is a ``CommandError`` carrying it as ``returncode``, so
-``call_command()`` callers see it too.
+This module is the command line: the subcommands, their options and help, and the exit
+status of :data:`EXIT_STATUS`. The work is done by ``list`` and ``show`` in
+``management/inspection.py`` and by ``release`` in ``management/release.py``; every failure
+is a ``CommandError`` carrying its exit status as ``returncode``, so ``call_command()``
+callers see it too.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
-import logging
-import os
-import sys
 import textwrap
-from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ...backends.base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape
 from ...exceptions import BackendUnavailableError, InvalidLockBackendError
-from ...handler import locks
-from ...listing import duration, reader_counts, task_id
 from ..arguments import LocksParser, lock_name, seconds, whole_number
-from ..output import (
-    JSON_FORMAT,
-    PAGE_SIZE,
-    JsonWriter,
-    TableWriter,
-    Writer,
-    details,
-    location,
-    one_line,
-    plural,
-    scan_counted,
-    shown,
-    summary,
-    waiter_details,
-)
-
-audit_logger = logging.getLogger("django_redis_lock.audit")
-
-#: Holders named in the message of ``list --fail``; the rest are counted.
-NAMED_IN_FAILURE = 5
+from ..inspection import list_locks, show_lock
+from ..output import JSON_FORMAT, one_line
+from ..release import release_lock
 
 EXIT_STATUS = """\
 exit status: 0 done; 1 a check failed (list --fail listed a lock, show or release found
@@ -167,143 +141,34 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand = options.get("subcommand") or "list"
+        using = options.get("using")
         try:
             if subcommand == "show":
-                self.show_lock(options)
+                show_lock(
+                    self.stdout, options["name"], using=using, as_json=bool(options.get("json"))
+                )
             elif subcommand == "release":
-                self.release_lock(options)
+                release_lock(
+                    self.stdout,
+                    options["name"],
+                    owner=options.get("owner"),
+                    using=using,
+                    yes=bool(options.get("yes")),
+                )
             else:
-                self.list_locks(options)
+                list_locks(
+                    self.stdout,
+                    self.stderr,
+                    using=using,
+                    pattern=options.get("pattern"),
+                    exact=options.get("exact"),
+                    as_json=bool(options.get("json")),
+                    limit=options.get("limit"),
+                    older_than=options.get("older_than"),
+                    fail=bool(options.get("fail")),
+                )
         except (BackendUnavailableError, InvalidLockBackendError) as exc:
             raise CommandError(one_line(exc), returncode=2) from exc
-
-    # list ------------------------------------------------------------------------------------
-
-    def list_locks(self, options: dict[str, Any]) -> None:
-        """Write the matching holders, page by page; apply --limit, --older-than and --fail."""
-        exact, limit, older = options.get("exact"), options.get("limit"), options.get("older_than")
-        pattern = glob_escape(exact) if exact else options.get("pattern") or "*"
-        out: Writer = JsonWriter(self.stdout) if options.get("json") else TableWriter(self.stdout)
-        page = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit + 1)
-        listed, named, truncated = 0, list[str](), False
-        errors: list[tuple[str, str]] = []
-        for alias, backend in _backends(options.get("using")):
-            try:
-                for info, readers in scan_counted(backend, pattern, page):
-                    if older is not None and info.held_for <= older:
-                        continue
-                    if limit is not None and listed >= limit:
-                        truncated = True
-                        break
-                    out.row(alias, info, readers=readers)
-                    listed += 1
-                    if len(named) < NAMED_IN_FAILURE:
-                        named.append(f"{alias} {info.name!r} ({duration(info.held_for)})")
-            except BackendUnavailableError as exc:
-                errors.append((alias, one_line(exc)))
-            if truncated:
-                break
-        out.end(listed=listed, truncated=truncated, errors=errors, limit=limit)
-        failed = options.get("fail") and listed
-        if failed:
-            what = "held longer than " + duration(older) if older is not None else "listed"
-            more = f" and {listed - len(named)} more" if listed > len(named) else ""
-            message = f"{plural(listed, 'lock holder')} {what}: {', '.join(named)}{more}."
-            if not errors:
-                raise CommandError(message, returncode=1)
-            self.stderr.write(message)
-        if errors:
-            raise CommandError("; ".join(f"alias {a!r}: {e}" for a, e in errors), returncode=2)
-
-    # show ------------------------------------------------------------------------------------
-
-    def show_lock(self, options: dict[str, Any]) -> None:
-        """Write every holder of one lock in full; exit 1 when nobody holds it."""
-        name: str = options["name"]
-        found: list[tuple[str, BaseLockBackend, list[LockInfo], list[WaiterInfo]]] = []
-        errors: list[tuple[str, str]] = []
-        for alias, backend in _backends(options.get("using")):
-            try:
-                holders, waiters = backend.lock_info(name), backend.waiters(name)
-            except BackendUnavailableError as exc:
-                errors.append((alias, one_line(exc)))
-                continue
-            if holders:
-                found.append((alias, backend, holders, waiters))
-        if options.get("json"):
-            out = JsonWriter(self.stdout, name=name)
-            for alias, _, holders, _ in found:
-                for info in holders:
-                    out.row(alias, info)
-            queued = [(alias, waiter) for alias, _, _, waiters in found for waiter in waiters]
-            out.end(listed=0, truncated=False, errors=errors, limit=None, waiters=queued)
-        else:
-            for alias, backend, holders, waiters in found:
-                self._write_lock(name, alias, backend, holders, waiters)
-        if errors:
-            raise CommandError("; ".join(f"alias {a!r}: {e}" for a, e in errors), returncode=2)
-        if not found:
-            where = _on(options.get("using"))
-            raise CommandError(f"Lock {name!r} is not held{where}.", returncode=1)
-
-    def _write_lock(
-        self,
-        name: str,
-        alias: str,
-        backend: BaseLockBackend,
-        holders: list[LockInfo],
-        waiters: list[WaiterInfo],
-    ) -> None:
-        """Write one lock's holders in full, then its waiters, one line each, in queue order."""
-        self.stdout.write(
-            f"Lock {name!r} on alias {alias!r} ({location(backend)}): "
-            f"{plural(len(holders), 'holder')}, {len(waiters)} waiting"
-        )
-        readers = reader_counts(holders).get(name)
-        for info in holders:
-            self.stdout.write(details(info, readers=readers))
-        if waiters:
-            self.stdout.write("Waiting, in queue order:")
-        for waiter in waiters:
-            self.stdout.write(waiter_details(waiter))
-
-    # release ---------------------------------------------------------------------------------
-
-    def release_lock(self, options: dict[str, Any]) -> None:
-        """Force-release the holders shown, after confirmation; log who did it."""
-        name: str = options["name"]
-        targets = _holders_to_free(name, options.get("owner"), options.get("using"))
-        count = sum(len(chosen) for _, _, chosen in targets)
-        self.stdout.write(f"Force-releasing lock {name!r} frees {plural(count, 'holder')}:")
-        for alias, _, chosen in targets:
-            for info in chosen:
-                self.stdout.write(f"  {alias}: {summary(info)}")
-        if not options.get("yes"):
-            _confirm(f"Release lock {name!r}? The holders are not told. [y/N] ")
-        user, freed_total = _os_user(), 0
-        for alias, backend, chosen in targets:
-            freed: list[LockInfo] = []
-            try:
-                for info in chosen:
-                    if backend.force_release(name, owner=info.owner):
-                        freed.append(info)
-                    else:
-                        owner = shown(info.owner)
-                        self.stdout.write(f"Owner {owner} on {alias} had let go already.")
-            finally:  # what was freed is logged even if the backend fails half-way
-                if freed:
-                    _audit(user, alias, name, freed)
-                    owners = "; ".join(summary(info) for info in freed)
-                    self.stdout.write(f"Released lock {name!r} on alias {alias!r}: {owners}.")
-            freed_total += len(freed)
-        if not freed_total:
-            raise CommandError(
-                f"Nothing was released: the holders of {name!r} let go of it meanwhile.",
-                returncode=1,
-            )
-
-
-# Helpers -------------------------------------------------------------------------------------
 
 
 def _paragraph(text: str) -> str:
@@ -313,87 +178,4 @@ def _paragraph(text: str) -> str:
 def _add_using(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--using", metavar="ALIAS", help="Only this alias of LOCKS (default: every alias)."
-    )
-
-
-def _backends(using: str | None) -> Iterator[tuple[str, BaseLockBackend]]:
-    for alias in [using] if using else list(locks):
-        yield alias, locks[alias]
-
-
-def _on(using: str | None) -> str:
-    return f" on alias {using!r}" if using else ""
-
-
-# Releasing -----------------------------------------------------------------------------------
-
-
-def _holders_to_free(
-    name: str, owner: str | None, using: str | None
-) -> list[tuple[str, BaseLockBackend, list[LockInfo]]]:
-    """Return, per alias, the holders of ``name`` to free (only ``owner``, if given)."""
-    targets: list[tuple[str, BaseLockBackend, list[LockInfo]]] = []
-    others: list[str] = []
-    for alias, backend in _backends(using):
-        holders = backend.lock_info(name)
-        chosen = [info for info in holders if owner is None or info.owner == owner]
-        others += [f"{alias} {shown(info.owner)}" for info in holders if info not in chosen]
-        if chosen:
-            targets.append((alias, backend, chosen))
-    if targets:
-        return targets
-    where = _on(using)
-    if owner is None:
-        message = f"Lock {name!r} is not held{where}; nothing was released."
-    else:
-        held = f"it is held by {', '.join(others)}" if others else "nobody holds it"
-        message = (
-            f"Owner {owner!r} does not hold lock {name!r}{where} ({held}); nothing was released."
-        )
-    raise CommandError(message, returncode=1)
-
-
-def _confirm(prompt: str) -> None:
-    """Return if the user at the terminal says yes; raise CommandError otherwise."""
-    try:
-        interactive = sys.stdin is not None and sys.stdin.isatty()
-    except ValueError:  # stdin was closed
-        interactive = False
-    if not interactive:
-        raise CommandError(
-            "Refusing to force-release without confirmation: stdin is not a terminal "
-            "(pass --yes to release anyway).",
-            returncode=2,
-        )
-    try:
-        answer = input(prompt)
-    except (EOFError, KeyboardInterrupt):
-        answer = ""
-    if answer.strip().lower() not in {"y", "yes"}:
-        raise CommandError("Release declined; nothing was released.", returncode=1)
-
-
-def _os_user() -> str:
-    """Return who runs the command: the login name, else the numeric user id."""
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):  # no name in the environment or the user database
-        return f"uid {os.getuid()}" if hasattr(os, "getuid") else "unknown"
-
-
-def _audit(user: str, alias: str, name: str, freed: list[LockInfo]) -> None:
-    task_ids = [task_id(info) for info in freed]
-    audit_logger.warning(
-        "OS user %r force-released lock %r on alias %r, freeing %s",
-        user,
-        name,
-        alias,
-        "; ".join(summary(info) for info in freed),
-        extra={
-            "os_user": user,
-            "lock_alias": alias,
-            "lock_name": name,
-            "lock_owners": [info.owner for info in freed],
-            "task_ids": [one for one in task_ids if one],
-        },
     )

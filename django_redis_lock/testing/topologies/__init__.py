@@ -28,7 +28,8 @@ that tells what was awaited and what was last seen.
 from ._common import find_redis_cli
 from .cluster import RedisClusterServers
 from .masters import IndependentMasters
-from .replication import ReplicatedRedis, SentinelRedis
+from .replication import ReplicatedRedis
+from .sentinel import SentinelRedis
 
 __all__ = [
     "IndependentMasters",
