@@ -628,11 +628,12 @@ def test_renewal__stops_when_the_holders_event_loop_closes(
 
     token = in_thread(lambda: asyncio.run(main()))
     closed_at = time.monotonic()
-    eventually_sync(lambda: "Stopped renewing lock" in caplog.text, timeout=3)
+    eventually_sync(lambda: "Stopped renewing lock" in caplog.text, timeout=10)
     assert repr(name) in caplog.text
-    eventually_sync(lambda: not backend.locked(name), timeout=3)
+    eventually_sync(lambda: not backend.locked(name), timeout=10)
     freed_after = time.monotonic() - closed_at
-    assert freed_after < 2.0, f"the lease ran on for {freed_after:.2f}s"
+    # Renewed on, the lease would never end: ten leases is room for a busy machine.
+    assert freed_after < 5.0, f"the lease ran on for {freed_after:.2f}s"
     assert len(renewer) == baseline, "the orphaned lease must leave the renewal registry"
     with lock(name, blocking=False) as taker:
         assert taker.fencing_token is not None
@@ -653,10 +654,11 @@ async def test_renewal__stops_when_the_holding_task_ends_without_releasing(
     await asyncio.create_task(leak())
     ended_at = time.monotonic()
     assert len(renewer) == baseline + 1
-    await eventually(lambda: "Stopped renewing lock" in caplog.text, timeout=3)
+    await eventually(lambda: "Stopped renewing lock" in caplog.text, timeout=10)
     assert "the task holding it ended without releasing it" in caplog.text
-    await eventually(lambda: not backend.locked(name), timeout=3)
-    assert time.monotonic() - ended_at < 2.0
+    await eventually(lambda: not backend.locked(name), timeout=10)
+    # Renewed on, the lease would never end: ten leases is room for a busy machine.
+    assert time.monotonic() - ended_at < 5.0
     assert len(renewer) == baseline
 
 

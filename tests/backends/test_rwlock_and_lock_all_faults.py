@@ -40,14 +40,18 @@ def queued(raw_redis: redis_py.Redis, prefix: str, name: str) -> int:
 # Worker processes (spawned: this module is imported afresh in the child) -------------------
 
 
-def wait_to_read(url: str, prefix: str, name: str, owner: str) -> None:
-    """Wait, fair, for the read side of ``name`` as the named ``owner`` (killed meanwhile)."""
+def wait_to_read(url: str, prefix: str, name: str, owner: str, ready: Any, go: Any) -> None:
+    """Set Django up and say ``ready``; once ``go`` is set, wait, fair, for the read side of
+    ``name`` as the named ``owner`` (killed meanwhile)."""
     from tests.support.workers import setup_django
 
     setup_django(url, prefix)
     from django_redis_lock import rwlock as rw
 
-    rw(name, owner=owner, fair=True, ttl=30).read().acquire(timeout=60)
+    reading = rw(name, owner=owner, fair=True, ttl=30).read()
+    ready.set()
+    go.wait(60)
+    reading.acquire(timeout=60)
     time.sleep(60)
 
 
@@ -92,19 +96,25 @@ def test_a_killed_readers_registration_never_lets_its_named_owner_write_beside_a
     the job, run again under its owner, tries to write without waiting while a reader reads."""
     reading = rwlock(NAME, ttl=30).read()
     assert reading.acquire()
-    child: Any = None
+    # The child starts (a spawned interpreter, Django set up: seconds on a busy machine)
+    # before the writer's wait does, so that it queues behind the writer within that wait.
+    ready, go = spawn.Event(), spawn.Event()
+    child = spawn.Process(
+        target=wait_to_read, args=(redis_url, prefix, NAME, "job-42", ready, go)
+    )
+    child.start()
     try:
+        assert ready.wait(60), "the reader's process did not start"
         writer_outcome: list[bool] = []
 
         def writer_waits() -> None:
-            writer_outcome.append(rwlock(NAME, fair=True, ttl=30).write().acquire(timeout=2))
+            writer_outcome.append(rwlock(NAME, fair=True, ttl=30).write().acquire(timeout=5))
 
         waiting_writer = threading.Thread(target=writer_waits)
         waiting_writer.start()
         eventually(lambda: queued(raw_redis, prefix, NAME) == 1)
-        child = spawn.Process(target=wait_to_read, args=(redis_url, prefix, NAME, "job-42"))
-        child.start()
-        eventually(lambda: queued(raw_redis, prefix, NAME) == 2, timeout=30)
+        go.set()
+        eventually(lambda: queued(raw_redis, prefix, NAME) == 2, timeout=4)
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
         waiting_writer.join(30)
@@ -118,7 +128,7 @@ def test_a_killed_readers_registration_never_lets_its_named_owner_write_beside_a
         owners = holders("default", NAME)
         assert not took, f"job-42 writes while a reader reads: holders {owners}"
     finally:
-        if child is not None and child.is_alive():
+        if child.is_alive():
             child.kill()
         locks["default"].force_release(NAME)
         reading._forget(reading._owner_token())
