@@ -99,9 +99,7 @@ def test_a_killed_readers_registration_never_lets_its_named_owner_write_beside_a
     # The child starts (a spawned interpreter, Django set up: seconds on a busy machine)
     # before the writer's wait does, so that it queues behind the writer within that wait.
     ready, go = spawn.Event(), spawn.Event()
-    child = spawn.Process(
-        target=wait_to_read, args=(redis_url, prefix, NAME, "job-42", ready, go)
-    )
+    child = spawn.Process(target=wait_to_read, args=(redis_url, prefix, NAME, "job-42", ready, go))
     child.start()
     try:
         assert ready.wait(60), "the reader's process did not start"
