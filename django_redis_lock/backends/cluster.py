@@ -111,10 +111,12 @@ class RedisClusterBackend(RedisBackend):
         with self._errors(None):
             self.client.ping(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
 
-    def _wait_then_claim(self, name: str, owner: str, window: float, args: list[Any]) -> Any:
+    def _wait_then_claim(
+        self, name: str, owner: str, window: float, args: list[Any], attempt: str
+    ) -> Any:
         # The cluster's pipeline finds the primary of the lock's slot and follows redirections.
         pipe: Any = self.client.pipeline(transaction=False)
-        for command in self._wait_commands(name, owner, window, args):
+        for command in self._wait_commands(name, owner, window, args, attempt):
             pipe.execute_command(*command)
         return pipe.execute(raise_on_error=False)[1]
 

@@ -185,34 +185,35 @@ class RedisBackend(ClaimOnWake):
         where = f"service={self.service_name!r}" if self.sentinels else f"url={self.location!r}"
         return f"<{type(self).__name__} {where} prefix={self.key_prefix!r}>"
 
-    def _run(self, script: str, name: str, args: list[Any], *more: str) -> Any:
-        # The hot path: a plain try (no context manager) and EVALSHA sent directly. Only the
-        # holders key of each lock (``name``, then ``more``) is passed; the scripts derive
-        # the lock's other keys from it.
-        keys = self.key(name) if not more else [self.key(one) for one in (name, *more)]
+    def _run(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
+        # The hot path: a plain try (no context manager) and EVALSHA sent directly. ``keys``
+        # are every key the script touches (script_keys()); the owners a script handed the
+        # lock to are woken here (wake()).
         try:
-            return self._scripts.run(self.client.execute_command, script, keys, args)
+            reply = self._scripts.run(self.client.execute_command, script, keys, args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
+        return self.wake(name, reply)
 
-    async def _arun(self, script: str, name: str, args: list[Any], *more: str) -> Any:
+    async def _arun(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
         # _run() on the running event loop's own client.
-        command = (await self._async_clients.get()).execute_command
-        keys = self.key(name) if not more else [self.key(one) for one in (name, *more)]
+        client = await self._async_clients.get()
         try:
-            return await self._scripts.arun(command, script, keys, args)
+            reply = await self._scripts.arun(client.execute_command, script, keys, args)
         except redis.RedisError as exc:
             raise self._unavailable(exc, name) from exc
+        return await self.awake(name, reply, client)
 
     # Primitives ------------------------------------------------------------------------------
 
     def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         args = acquire_args(owner, request, self._fencing_arg)
+        keys = self.script_keys("acquire", name, owner, request.attempt)
         if self.wait_replicas:
             sha = self._scripts.sha["acquire"]
-            reply, acks = self._replicated(name, "EVALSHA", sha, 1, self.key(name), *args)
-            return self._durable(name, owner, acquired(reply), acks)
-        return acquired(self._run("acquire", name, args))
+            reply, acks = self._replicated(name, "EVALSHA", sha, len(keys), *keys, *args)
+            return self._durable(name, owner, acquired(self.wake(name, reply)), acks)
+        return acquired(self._run("acquire", name, args, keys))
 
     def acquire_all(
         self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
@@ -220,13 +221,14 @@ class RedisBackend(ClaimOnWake):
         if self.wait_replicas:
             return None  # each name's acquire waits for its replicas: one by one
         args = acquire_all_args(owner, request, holds, self._fencing_arg)
-        return acquired_all(names, self._run("acquire_all", names[0], args, *names[1:]))
+        keys = self._all_keys(names, request.attempt)
+        return acquired_all(names, self._run("acquire_all", names[0], args, keys))
 
     def release(
         self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         args = release_args(owner, request, self._fencing_arg)
-        return count(self._run("release", name, args))
+        return count(self._run("release", name, args, self.script_keys("release", name)))
 
     def extend(
         self,
@@ -237,10 +239,11 @@ class RedisBackend(ClaimOnWake):
         replace: bool = False,
         metadata: str | bytes | None = None,
     ) -> float | None:
-        return seconds(self._run("extend", name, extend_args(owner, ttl, replace, metadata)))
+        args = extend_args(owner, ttl, replace, metadata)
+        return seconds(self._run("extend", name, args, self.script_keys("extend", name)))
 
     def ttl(self, name: str, owner: str | None = None) -> float | None:
-        return seconds(self._run("ttl", name, [owner or ""]))
+        return seconds(self._run("ttl", name, [owner or ""], self.script_keys("ttl", name)))
 
     def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
         # BLPOP on the owner's own wake-up list: a release that hands the lock over pushes
@@ -272,16 +275,17 @@ class RedisBackend(ClaimOnWake):
         raise unreplicated(name, acks, self.wait_replicas, self.wait_replicas_timeout)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
+        keys = self.script_keys("withdraw", name, owner, attempt)
+        return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt], keys))
 
     # The same primitives on the running event loop's asyncio client -------------------------
 
     async def aacquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
             return await super().aacquire(name, owner, request)
-        return acquired(
-            await self._arun("acquire", name, acquire_args(owner, request, self._fencing_arg))
-        )
+        args = acquire_args(owner, request, self._fencing_arg)
+        keys = self.script_keys("acquire", name, owner, request.attempt)
+        return acquired(await self._arun("acquire", name, args, keys))
 
     async def aacquire_all(
         self, names: Sequence[str], owner: str, request: AcquireRequest, holds: Sequence[int]
@@ -289,13 +293,14 @@ class RedisBackend(ClaimOnWake):
         if self.wait_replicas:
             return None
         args = acquire_all_args(owner, request, holds, self._fencing_arg)
-        return acquired_all(names, await self._arun("acquire_all", names[0], args, *names[1:]))
+        keys = self._all_keys(names, request.attempt)
+        return acquired_all(names, await self._arun("acquire_all", names[0], args, keys))
 
     async def arelease(
         self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         args = release_args(owner, request, self._fencing_arg)
-        return count(await self._arun("release", name, args))
+        return count(await self._arun("release", name, args, self.script_keys("release", name)))
 
     async def aextend(
         self,
@@ -307,10 +312,11 @@ class RedisBackend(ClaimOnWake):
         metadata: str | bytes | None = None,
     ) -> float | None:
         args = extend_args(owner, ttl, replace, metadata)
-        return seconds(await self._arun("extend", name, args))
+        return seconds(await self._arun("extend", name, args, self.script_keys("extend", name)))
 
     async def attl(self, name: str, owner: str | None = None) -> float | None:
-        return seconds(await self._arun("ttl", name, [owner or ""]))
+        keys = self.script_keys("ttl", name)
+        return seconds(await self._arun("ttl", name, [owner or ""], keys))
 
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
         window = min(timeout, self.max_wait)
@@ -324,13 +330,16 @@ class RedisBackend(ClaimOnWake):
             return granted(await command("BLPOP", key, f"{window:.3f}"))
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        return int(await self._arun("withdraw", name, [owner, holds, self._fencing_arg, attempt]))
+        args = [owner, holds, self._fencing_arg, attempt]
+        keys = self.script_keys("withdraw", name, owner, attempt)
+        return int(await self._arun("withdraw", name, args, keys))
 
     async def aclose(self) -> None:
         await self._async_clients.aclose()
 
     def force_release(self, name: str, owner: str | None = None) -> int:
-        return int(self._run("force_release", name, [owner or "", self._fencing_arg]))
+        keys = self.script_keys("force_release", name)
+        return int(self._run("force_release", name, [owner or "", self._fencing_arg], keys))
 
     def ping(self) -> None:
         with self._errors(None):

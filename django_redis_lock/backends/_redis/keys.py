@@ -9,7 +9,7 @@ lock's waiters are its queue (a sorted set, by arrival) and their registrations 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import redis
@@ -17,6 +17,7 @@ from redis.exceptions import RedisClusterException
 
 from ...exceptions import BackendUnavailableError
 from ..base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape, page_cursor
+from .scripts import KEY_COUNTS
 
 __all__ = ["RedisKeyspace"]
 
@@ -42,6 +43,22 @@ class RedisKeyspace(BaseLockBackend):
         ``}``, so every key of a lock is in one Redis Cluster slot.
         """
         return f"{self.key_prefix}:{{={name}}}:{kind}"
+
+    def script_keys(self, script: str, name: str, owner: str = "", attempt: str = "") -> list[str]:
+        """Return the keys ``script`` is given for lock ``name``: every key it may touch.
+
+        They are the prelude's KEYS (``lua/_prelude.lua``), as many as the script takes: the
+        holders, queue, waiters and fence, the mark of ``attempt`` withdrawn, and ``owner``'s
+        wake-up list.
+        """
+        tagged = f"{self.key_prefix}:{{={name}}}:"
+        kinds = ("h", "q", "w", "f", f"x:{attempt}", f"s:{owner}")[: KEY_COUNTS[script]]
+        return [tagged + kind for kind in kinds]
+
+    def _all_keys(self, names: Sequence[str], attempt: str) -> list[str]:
+        # The keys of acquire_all on ``names``: each lock's, one lock after another.
+        each = (self.script_keys("acquire_all", name, "", attempt) for name in names)
+        return [key for keys in each for key in keys]
 
     def _match(self, pattern: str) -> str:
         # The SCAN pattern of the holders keys of the locks whose names match ``pattern``.

@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-__all__ = ["SCRIPT_NAMES", "Scripts", "source"]
+__all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "WAKE", "Scripts", "source"]
 
 SCRIPT_NAMES = (
     "acquire",
@@ -23,6 +23,22 @@ SCRIPT_NAMES = (
     "force_release",
     "withdraw",
 )
+
+#: How many of a lock's keys each script is given (``lua/_prelude.lua`` lists them in order):
+#: every key it touches. acquire_all is given this many for each of its locks.
+KEY_COUNTS = {
+    "acquire": 6,
+    "acquire_all": 5,
+    "release": 4,
+    "extend": 1,
+    "ttl": 1,
+    "force_release": 4,
+    "withdraw": 6,
+}
+
+#: The first element of a reply that carries the owners a script handed the lock to
+#: (``reply()`` in ``lua/_helpers.lua``): ``[WAKE, reply, owner, call, owner, call, ...]``.
+WAKE = b"wake"
 
 HELPERS_MARKER = "--! helpers"
 

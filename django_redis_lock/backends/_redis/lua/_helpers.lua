@@ -48,14 +48,11 @@ local function new_fence(fence_ttl, lease, above)
     fence = math.max(fence, tonumber(above) + 1)
   end
   if fence_ttl > 0 then
-    local K_fence = base .. 'f'
     fence = math.max(fence, tonumber(redis.call('GET', K_fence) or '0') + 1)
     redis.call('SET', K_fence, string.format('%.0f', fence), 'PX', lease + fence_ttl)
   end
   return string.format('%.0f', fence)
 end
-
-local K_queue, K_waiters = base .. 'q', base .. 'w'
 
 -- A lease handed to a waiter lasts this long until the waiter claims it (acquire with the
 -- 'c' flag), which turns it into the lease the waiter asked for: a waiter that died, or was
@@ -196,8 +193,12 @@ local function leave_queue(owner)
   redis.call('HDEL', K_waiters, owner)
 end
 
--- Hand free slots to the longest-waiting owners whose registration is still live, and push
--- each one its wake-up call: the waiter's wake-up is its acquisition, with no race against
+-- The owners handed the lock by this script, each followed by its wake-up call "<fencing
+-- token> <grant ms>", for the client to push (see reply()).
+local woken = {}
+
+-- Hand free slots to the longest-waiting owners whose registration is still live, and note
+-- each one to be woken: the waiter's wake-up is its acquisition, with no race against
 -- newcomers. Waiters that gave up or died (registration ended) are dropped on the way.
 -- ``above``: the token of a hold just released, which the next one's must exceed.
 local function handoff(fence_ttl, above)
@@ -221,9 +222,19 @@ local function handoff(fence_ttl, above)
       leave_queue(head)
       local granted = math.min(tonumber(lease), CLAIM_MS)
       local fence = hold(head, granted, tonumber(limit), meta, fence_ttl, attempt, above)
-      local signal = base .. 's:' .. head
-      redis.call('RPUSH', signal, fence .. ' ' .. granted)
-      redis.call('PEXPIRE', signal, granted)
+      woken[#woken + 1] = head
+      woken[#woken + 1] = fence .. ' ' .. granted
     end
   end
+end
+
+-- The script's reply ``value``, with the owners handed the lock if there are any:
+-- {'wake', value, owner, call, owner, call, ...}. The client pushes each call to its owner's
+-- wake-up list (KEYS[6] of that owner's own calls), expiring in the grant's ms: the script
+-- could not, as that key is not among the ones it was given.
+local function reply(value)
+  if #woken == 0 then
+    return value
+  end
+  return {'wake', value, unpack(woken)}
 end

@@ -1,22 +1,26 @@
 -- Shared by every script (prepended at load time). The functions are in _helpers.lua, which
 -- each script inserts after its fast path, so a free lock does not pay for defining them.
--- Only KEYS[1] (the holders key) is passed; the other keys of the lock are derived from it and
--- carry the same hash tag {=name}, so all of them live in one Redis Cluster slot:
---   <prefix>:{=name}:h   holders  hash: owner -> its record (see record() below); the key
---                                 expires when the longest lease ends, so a lone holder's
---                                 key exists exactly as long as its lease
---   <prefix>:{=name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO order
---   <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms> <limit>
---                                 <attempt> <'f' fair, '-' not> <meta>"; its arrival is
---                                 its score in the queue
---   <prefix>:{=name}:s:<owner>    list: "<fencing token> <lease ms>" pushed when the lock is
---                                 handed to a waiting owner (the owner's wake-up call, which
---                                 it answers by claiming the hold within CLAIM_MS)
---   <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that its
---                                 acquire takes nothing if it reaches the server late
---   <prefix>:{=name}:f   fence    string: the last fencing token issued, kept fencing_ttl
---                                 after the lease; only with fencing_ttl > 0 (opt-in)
+-- Every key a script touches is passed in KEYS, in this order, as many as the script needs
+-- (its header says how many; ``KEY_COUNTS`` in scripts.py). All of them carry the
+-- hash tag {=name}, so a lock lives in one Redis Cluster slot:
+--   KEYS[1] <prefix>:{=name}:h   holders  hash: owner -> its record (see record() below);
+--                                 the key expires when the longest lease ends, so a lone
+--                                 holder's key exists exactly as long as its lease
+--   KEYS[2] <prefix>:{=name}:q   queue    sorted set: waiting owner -> arrival (us), FIFO
+--   KEYS[3] <prefix>:{=name}:w   waiters  hash: owner -> "<registration end ms> <lease ms>
+--                                 <limit> <attempt> <'f' fair, '-' not> <meta>"; its arrival
+--                                 is its score in the queue
+--   KEYS[4] <prefix>:{=name}:f   fence    string: the last fencing token issued, kept
+--                                 fencing_ttl after the lease; only with fencing_ttl > 0
+--   KEYS[5] <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that
+--                                 its acquire takes nothing if it reaches the server late
+--   KEYS[6] <prefix>:{=name}:s:<owner>    list: the calling owner's wake-up list. A script
+--                                 that hands the lock to waiting owners does not push to
+--                                 theirs (their keys are not its to touch): it returns them
+--                                 (see reply() in _helpers.lua), and the client pushes to each
+--                                 list, which its owner answers by claiming the hold within
+--                                 CLAIM_MS
 -- Time comes from the server's clock, so clients' clocks never matter. A released lock
 -- leaves no key behind (but a durable fence, when asked for).
-local K_holders = KEYS[1]
-local base = string.sub(K_holders, 1, -2)
+local K_holders, K_queue, K_waiters, K_fence, K_withdrawn, K_signal =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]

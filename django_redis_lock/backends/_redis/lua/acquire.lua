@@ -1,6 +1,6 @@
 -- Take a lease on the lock (or one slot of a semaphore) for an owner; reentrant. An owner
 -- that must wait may register in the queue, to be handed the lock at a release.
--- KEYS[1] holders (see the prelude for the other keys)
+-- KEYS[1..6] holders, queue, waiters, fence, withdrawn attempt, wake-up list (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once: 1 for a lock or a
 -- writer, unbounded for a reader; no holder is joined by more holders than its own allows)
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long a durable fence outlives the lease (ms;
@@ -18,6 +18,7 @@
 --         {-1} when the owner knew of holds (ARGV[8] > 0) but its lease has ended,
 --         {-2} when the owner holds the lock under a larger limit than it asks for now (a
 --              reader asking to write): a hold is never made stricter while it is held.
+-- A reply that handed the lock to waiting owners carries them (see reply() in the helpers).
 local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local known, attempt = tonumber(ARGV[8]), ARGV[9]
@@ -26,8 +27,8 @@ local known, attempt = tonumber(ARGV[8]), ARGV[9]
 -- on several keys fails when one of them is missing.
 if flags == '-' and fence_ttl == 0 and not (known and known > 0)
     and redis.call('EXISTS', K_holders) == 0
-    and redis.call('EXISTS', base .. 'x:' .. attempt) == 0
-    and (limit == 1 or redis.call('EXISTS', base .. 'q') == 0) then
+    and redis.call('EXISTS', K_withdrawn) == 0
+    and (limit == 1 or redis.call('EXISTS', K_queue) == 0) then
   -- The common case: nobody holds the lock, and this is a first, non-fair attempt not
   -- withdrawn already (owners waiting, if any, are served at its release; a reader leaves
   -- them to the slow path, which lets no reader pass a waiting writer). One hash field,
@@ -45,7 +46,7 @@ end
 --! helpers
 
 local fair, claim = string.find(flags, 'f', 1, true), string.find(flags, 'c', 1, true)
-if attempt ~= '' and redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
+if attempt ~= '' and redis.call('EXISTS', K_withdrawn) == 1 then
   return {0, 0}
 end
 
@@ -69,7 +70,7 @@ elseif current and limit < held_limit then
 end
 if current then
   if claim then
-    redis.call('DEL', base .. 's:' .. owner)
+    redis.call('DEL', K_signal)
   elseif known then
     holds = known + 1
   else
@@ -118,10 +119,10 @@ if queued then
   local current, _, fence, at, _, held_meta = live(owner)
   if current then
     -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
-    redis.call('DEL', base .. 's:' .. owner)
+    redis.call('DEL', K_signal)
     put(owner, record(now() + lease, 1, fence, at, limit, attempt, held_meta))
     settle()
-    return {1, tonumber(fence), 1, lease}
+    return reply({1, tonumber(fence), 1, lease})
   end
   waiting = redis.call('EXISTS', K_queue) == 1
 end
@@ -131,7 +132,7 @@ if admits(limit) and not (queued and waiting) then
   if waiting then
     leave_queue(owner)
   end
-  return take()
+  return reply(take())
 end
 
 if wait_ms > 0 then
@@ -141,6 +142,6 @@ else
 end
 local earliest = lease_ends()
 if not earliest then
-  return {0, 0}
+  return reply({0, 0})
 end
-return {0, earliest - now()}
+return reply({0, earliest - now()})

@@ -4,7 +4,7 @@
 -- nothing, and what it cannot settle (a lost lease, a hold under another limit, fair order
 -- with owners queued, a withdrawn attempt) it leaves to the caller, who then acquires the
 -- locks one by one, in order, waiting as acquire.lua does.
--- KEYS[i] the holders key of lock i (see the prelude for the other keys of each)
+-- KEYS[5i-4..5i] holders, queue, waiters, fence and withdrawn attempt of lock i (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] holder metadata (JSON)  ARGV[4] how long a
 -- durable fence outlives the lease (ms; 0: none)  ARGV[5] 'f' for fair order, '-' not
 -- ARGV[6] the client's id of this attempt, recorded with each hold (for withdraw.lua)
@@ -20,17 +20,18 @@ local fence_ttl, fair, attempt = tonumber(ARGV[4]), ARGV[5] == 'f', ARGV[6]
 
 -- Point the helpers (and the prelude's keys) at lock i.
 local function on(i)
-  K_holders = KEYS[i]
-  base = string.sub(K_holders, 1, -2)
-  K_queue, K_waiters = base .. 'q', base .. 'w'
+  local first = 5 * i - 4
+  K_holders, K_queue, K_waiters, K_fence, K_withdrawn =
+    KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
 end
+local locks = #KEYS / 5
 
 -- First every lock is looked at, and nothing written but ended leases dropped.
 local current = {}
-for i = 1, #KEYS do
+for i = 1, locks do
   on(i)
   local known = tonumber(ARGV[6 + i])
-  if redis.call('EXISTS', base .. 'x:' .. attempt) == 1 then
+  if redis.call('EXISTS', K_withdrawn) == 1 then
     return {-1, i}
   end
   local ends, _, _, _, _, _, held_limit = live(owner)
@@ -56,7 +57,7 @@ end
 
 -- Then every lock is taken.
 local reply = {1}
-for i = 1, #KEYS do
+for i = 1, locks do
   on(i)
   local holds, ends, fence = 1, now() + lease, nil
   if current[i] then

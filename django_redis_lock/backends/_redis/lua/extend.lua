@@ -1,6 +1,6 @@
 -- Lengthen an owner's lease by ARGV[2] ms, or set it to ARGV[2] ms from now; record ARGV[4]
 -- as the hold's metadata in place of the one it had, unless it is ''.
--- KEYS[1] holders (see the prelude for the other keys)
+-- KEYS[1] holders (the prelude's)
 -- ARGV[1] owner token  ARGV[2] ms  ARGV[3] '1' to replace the lease, '0' to add to it
 -- ARGV[4] holder metadata JSON to record, or '' to keep the hold's
 -- Returns the new remaining lease in ms, or -1 if the owner holds nothing: an ended lease is

@@ -1,9 +1,10 @@
 -- Remove every holder of a lock, or one named owner, whatever their hold counts; the freed
 -- slots go to waiting owners as at a release.
--- KEYS[1] holders (see the prelude for the other keys)
+-- KEYS[1..4] holders, queue, waiters, fence (the prelude's)
 -- ARGV[1] owner token, or '' for every holder  ARGV[2] how long a durable fence outlives its
 -- lease (ms; 0: none)
--- Returns how many live holders were removed. A durable fencing counter is kept.
+-- Returns how many live holders were removed, with the owners handed the lock, if any
+-- (reply()). A durable fencing counter is kept.
 --! helpers
 
 local removed = purge()
@@ -17,4 +18,4 @@ else
 end
 handoff(tonumber(ARGV[2]))
 settle()
-return removed
+return reply(removed)

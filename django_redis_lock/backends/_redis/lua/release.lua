@@ -1,12 +1,12 @@
 -- Drop one hold of an owner; at its last hold the lock is freed, or handed to the owner that
 -- has waited longest, or kept until its min_hold window ends.
--- KEYS[1] holders (see the prelude for the other keys)
+-- KEYS[1..4] holders, queue, waiters, fence (the prelude's)
 -- ARGV[1] owner token  ARGV[2] how long a durable fence outlives its lease (ms; 0: none)
 -- ARGV[3] the holds the owner knows it has ('': count down here): the count becomes one less
 -- ARGV[4] min_hold (ms; '0': none): a last release sooner than this after the acquire keeps
 -- the hold, under the pseudo-owner "min_hold:<owner>", until that long after the acquire
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
--- already released, or its lease ended).
+-- already released, or its lease ended); with the owners handed the lock, if any (reply()).
 local owner = ARGV[1]
 -- Two fields at most: enough to tell a lone holder (the common case) from a semaphore's.
 local sample = redis.call('HRANDFIELD', K_holders, 2, 'WITHVALUES')
@@ -21,7 +21,7 @@ if not text then
 end
 local holds = (tonumber(ARGV[3]) or tonumber(string.match(text, '^%d+ (%d+) '))) - 1
 if holds <= 0 and #sample == 2 and ARGV[4] == '0'
-    and redis.call('EXISTS', base .. 'q') == 0 then
+    and redis.call('EXISTS', K_queue) == 0 then
   -- The lone holder (its key lived, so its lease did), no min_hold, nobody waiting: the
   -- common case.
   redis.call('DEL', K_holders)
@@ -59,4 +59,4 @@ if #sample > 2 then
 end
 handoff(tonumber(ARGV[2]), fence)
 settle()
-return 0
+return reply(0)

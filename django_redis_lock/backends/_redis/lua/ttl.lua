@@ -1,5 +1,5 @@
 -- Read how long a lease has left, without changing anything.
--- KEYS[1] holders (see the prelude for the other keys)
+-- KEYS[1] holders (the prelude's)
 -- ARGV[1] owner token, or '' for the longest lease of any holder
 -- Returns the remaining lease in ms, or -1 if the owner (or anyone) holds nothing.
 --! helpers
