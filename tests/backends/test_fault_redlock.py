@@ -17,6 +17,7 @@ from django_redis_lock import BackendUnavailableError, lock, locks
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.testing import RedisServer
 from django_redis_lock.testing.topologies import IndependentMasters
+from tests.support.helpers import eventually
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +93,39 @@ def test_two_masters_frozen__a_failed_acquire_holds_nothing_once_they_answer(
     other = lock(name, ttl=30, owner="other")
     assert other.acquire(blocking=False), "the failed owner still holds a majority"
     other.release()
+
+
+def test_one_master_late__the_listing_shows_the_token_the_holder_has(
+    masters: list[RedisServer], prefix: str
+) -> None:
+    # The late master's counter runs an hour ahead of the others', so its token is the
+    # largest; it runs the acquire only after the majority answered, and holds it all the same.
+    name = "fault:late-token"
+    urls = [server.url for server in masters]
+    options = {"urls": urls, "key_prefix": prefix, "fencing_ttl": 60, "socket_timeout": 2}
+    with override_settings(LOCKS={"default": {"BACKEND": BACKEND, "OPTIONS": options}}):
+        backend = locks["default"]
+        assert isinstance(backend, RedlockBackend)
+        with lock("fault:warm-up", ttl=1):
+            pass
+        late = redis_py.Redis.from_url(masters[2].url)
+        try:
+            seconds, micros = late.time()
+            late.set(backend.nodes[2].key(name, "f"), (seconds + 3600) * 10**6 + micros, px=60_000)
+            masters[2].pause()
+            try:
+                handle = lock(name, ttl=30, owner="holder")
+                assert handle.acquire(blocking=False)
+                token = handle.fencing_token
+            finally:
+                masters[2].resume()
+            eventually(lambda: bool(late.hexists(backend.nodes[2].key(name), "holder")))
+            (info,) = backend.lock_info(name)
+            (listed,) = backend.iter_locks(name)
+            handle.release()
+        finally:
+            late.close()
+    assert info.fencing_token == listed.fencing_token == token
 
 
 @pytest.fixture
