@@ -122,7 +122,11 @@ _attempts = itertools.count()
 
 
 def new_attempt() -> str:
-    """Return an id for one acquire call, unique among this process's calls."""
+    """Return an id for one acquire call, unique among this process's calls.
+
+    Its form, ``<process>.<sequence>`` in hex, tells the Lua scripts which of an owner's
+    attempts came later (``later()`` in ``_helpers.lua``).
+    """
     return f"{_attempt_prefix}.{next(_attempts):x}"
 
 

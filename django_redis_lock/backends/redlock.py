@@ -190,7 +190,9 @@ class RedlockBackend(BaseLockBackend):
         if not request.claim:
             self._retries.forget(name, owner)
         # Each try has an id of its own on the masters: a failed one is withdrawn for good
-        # (a master that runs it late takes nothing), while the caller tries again.
+        # (a master that runs it late takes nothing), while the caller tries again. Numbered
+        # in order, so a master that runs it only after a later try took the lock leaves that
+        # hold alone (see later() in _redis/lua/_helpers.lua).
         try_id = f"{request.attempt or new_attempt()}~{next(self._try_numbers):x}"
         self._tries.put(name, owner, (try_id, request.ttl))
         started = time.monotonic()

@@ -14,6 +14,8 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import BackendUnavailableError, lock, locks
+from django_redis_lock._core.owner import new_attempt
+from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.testing import RedisServer
 from django_redis_lock.testing.topologies import IndependentMasters
@@ -126,6 +128,22 @@ def test_one_master_late__the_listing_shows_the_token_the_holder_has(
         finally:
             late.close()
     assert info.fencing_token == listed.fencing_token == token
+
+
+def test_an_earlier_try_run_late__its_withdrawal_leaves_the_later_hold(
+    redlock: RedlockBackend,
+) -> None:
+    # A try that failed, and is owed its withdrawal, can reach a master after the owner's next
+    # try took the lock there (it waited in a socket, or for its thread on a loaded machine);
+    # the withdrawal comes after it. Here a majority of the masters run the two that way.
+    name = "fault:late-try"
+    earlier = AcquireRequest(ttl=30, metadata="{}", attempt=f"{new_attempt()}~0")
+    with lock(name, ttl=30, owner="holder") as handle:
+        for node in redlock.nodes[:2]:
+            node.acquire(name, "holder", earlier)
+            node.withdraw(name, "holder", 0, earlier.attempt)
+        assert handle.locked()
+    assert not handle.lost
 
 
 @pytest.fixture

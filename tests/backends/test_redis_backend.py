@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +12,7 @@ import redis as redis_py
 from redis.crc import key_slot
 
 from django_redis_lock import BackendUnavailableError, lock, locks
+from django_redis_lock._core.owner import new_attempt
 from django_redis_lock.backends._redis import protocol
 from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
@@ -186,6 +188,20 @@ def test_wait_and_claim__interrupted_before_reading_leaves_no_reply_behind(
     eventually(lambda: blocked_clients(client) == 0)
     backend.close()
     client.close()
+
+
+def test_acquire__an_earlier_attempt_run_late_takes_nothing_from_a_later_one() -> None:
+    # An acquire that timed out may reach the server after its owner's next acquire took the
+    # lock; the withdrawal owed for it comes after it, and must leave the later hold alone.
+    backend = locks["default"]
+    meta = holder_metadata(host="h", pid=1, thread="t")
+    earlier, later = new_attempt(), new_attempt()
+    request = AcquireRequest(ttl=30, metadata=meta, holds=0, attempt=later)
+    assert backend.acquire("late-attempt", "owner", request).acquired
+    late = dataclasses.replace(request, attempt=earlier)
+    assert not backend.acquire("late-attempt", "owner", late).acquired
+    assert backend.withdraw("late-attempt", "owner", 0, earlier) == 1
+    assert backend.release("late-attempt", "owner", ReleaseRequest(holds=1)) == 0
 
 
 def test_fencing_token__grows_with_no_key_kept_between_holders(

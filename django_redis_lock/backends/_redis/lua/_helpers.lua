@@ -54,6 +54,23 @@ local function new_fence(fence_ttl, lease, above)
   return string.format('%.0f', fence)
 end
 
+-- Whether attempt id ``a`` was made after ``b``, by the same process. Ids are
+-- "<process>.<sequence>" in hex (see owner.new_attempt), a Redlock try adding "~<try>" in hex;
+-- an owner makes its attempts one after another, so the larger numbers are the later ones.
+-- Ids of two processes, or of another form, are never later.
+local function later(a, b)
+  local process_a, sequence_a, try_a = string.match(a, '^(%x+)%.(%x+)~?(%x*)$')
+  local process_b, sequence_b, try_b = string.match(b, '^(%x+)%.(%x+)~?(%x*)$')
+  if not process_a or process_a ~= process_b then
+    return false
+  end
+  sequence_a, sequence_b = tonumber(sequence_a, 16), tonumber(sequence_b, 16)
+  if sequence_a ~= sequence_b then
+    return sequence_a > sequence_b
+  end
+  return (tonumber(try_a, 16) or -1) > (tonumber(try_b, 16) or -1)
+end
+
 -- A lease handed to a waiter lasts this long until the waiter claims it (acquire with the
 -- 'c' flag), which turns it into the lease the waiter asked for: a waiter that died, or was
 -- paused, before claiming holds the others back only this long, and a claim that comes later

@@ -58,7 +58,13 @@ end
 
 -- The owner holds the lock already (a nested acquire, or the claim of a lock handed to it):
 -- lengthen its lease, and count one more hold unless claiming.
-local current, holds, fence, at, _, held_meta, held_limit = live(owner)
+local current, holds, fence, at, held_attempt, held_meta, held_limit = live(owner)
+if current and later(held_attempt, attempt) then
+  -- A try that reaches the server after a later attempt of its owner took the lock (it
+  -- waited in a socket, or for its thread): its client gave it up, and its withdrawal is on
+  -- its way. It takes nothing, so that the withdrawal leaves the later attempt's hold alone.
+  return {0, current - now()}
+end
 if current and held_limit ~= limit and known == 0 then
   -- Left by an acquire the owner saw fail, and taken under another limit: no hold of the
   -- owner's to take over; it asks afresh.
