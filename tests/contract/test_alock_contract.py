@@ -276,10 +276,6 @@ async def test_child_task__is_another_owner(using: str) -> None:
     assert not await handle.locked()
 
 
-# Serial, as it ran before xdist: beside other tests' processes, the Redlock run has now and
-# then been told at release that its hold had ended (LockLostError after 0.0 s), which no
-# 30 s lease explains. To be looked into; until then it runs alone.
-@pytest.mark.serial
 async def test_concurrent_tasks__never_hold_one_lock_at_once(using: str) -> None:
     handle = alock("acontract:exclusive", using=using, timeout=20)
     inside: list[int] = []
