@@ -26,8 +26,6 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import redis
-
 from .._core.causes import caused_by
 from ..exceptions import BackendUnavailableError
 from ._quorum import Failed, Quorum
@@ -158,7 +156,7 @@ class Withdrawals:
                 lane.node.withdraw(try_.name, try_.owner, try_.holds, try_.attempt)
             except BackendUnavailableError as error:
                 self._failed(lane, error)
-                if caused_by(error, (TimeoutError, redis.TimeoutError)):
+                if caused_by(error, (TimeoutError, lane.node.family.timeout_error)):
                     # It waited a socket timeout already; sent again at once, a withdrawal is
                     # already on its way when a frozen master resumes.
                     failures = 0

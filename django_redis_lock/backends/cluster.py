@@ -15,24 +15,13 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
-import redis
-import redis.asyncio.cluster
-import redis.cluster
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError, RedisClusterException
-from redis.retry import Retry
-
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
-from ._redis.connections import redact_url, secret_safe, sentinel_address
+from ._redis.connections import VALKEY_SCHEMES, redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
 from .base import AcquireAllResult, AcquireRequest, LockInfo, Problem, WaiterInfo
 from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
-
-#: The replies of a primary that no longer (or not yet) serves a lock's slot.
-_REDIRECTED = (MovedError, AskError)
 
 
 class RedisClusterBackend(RedisBackend):
@@ -40,13 +29,13 @@ class RedisClusterBackend(RedisBackend):
 
     OPTIONS: ``url`` of any node (``redis://`` or ``rediss://``), or ``startup_nodes``
     (``"host:port"`` strings); then every option of :class:`~.redis.RedisBackend` except
-    ``sentinels``, ``service_name`` and ``wait_replicas``.
+    ``sentinels``, ``service_name``, ``wait_replicas`` and ``cache``.
     """
 
     options: ClassVar[frozenset[str]] = (
-        RedisBackend.options - {"sentinels", "service_name", "wait_replicas"}
+        RedisBackend.options - {"sentinels", "service_name", "wait_replicas", "cache"}
     ) | {"startup_nodes"}
-    url_schemes: ClassVar[frozenset[str]] = frozenset({"redis", "rediss"})
+    url_schemes: ClassVar[frozenset[str]] = frozenset({"redis", "rediss"}) | VALKEY_SCHEMES
 
     def __init__(
         self,
@@ -78,18 +67,18 @@ class RedisClusterBackend(RedisBackend):
 
     def _connect(self, url: str, options: dict[str, Any]) -> Any:
         # Redirections (MOVED, ASK) are followed; a command is never re-sent after an error.
-        options = {**options, "retry": Retry(NoBackoff(), 0)}
+        family = self.family
+        options = {**options, "retry": family.no_retry()}
         try:
             if self.startup_nodes:
-                node: Any = redis.cluster.ClusterNode  # untyped in redis-py
                 nodes = [
-                    node(*address)
+                    family.cluster_node(*address)
                     for address in map(sentinel_address, self.startup_nodes)
                     if address is not None
                 ]
-                return redis.cluster.RedisCluster(startup_nodes=nodes, **options)
-            return redis.cluster.RedisCluster.from_url(url, **options)
-        except (redis.RedisError, RedisClusterException) as exc:
+                return family.cluster(startup_nodes=nodes, **options)
+            return family.cluster.from_url(url, **options)
+        except (family.error, family.cluster_error) as exc:
             raise self._unavailable(exc, None) from exc
         except (TypeError, ValueError) as exc:
             raise InvalidLockBackendError(
@@ -97,19 +86,20 @@ class RedisClusterBackend(RedisBackend):
             ) from None
 
     def _new_async_client(self) -> Any:
-        options = {**self._async_options, "retry": AsyncRetry(NoBackoff(), 0)}
+        family = self.family
+        options = {**self._async_options, "retry": family.async_no_retry()}
         if self.startup_nodes:
             nodes = [
-                redis.asyncio.cluster.ClusterNode(*address)
+                family.async_cluster_node(*address)
                 for address in map(sentinel_address, self.startup_nodes)
                 if address is not None
             ]
-            return redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **options)
-        return redis.asyncio.cluster.RedisCluster.from_url(self.url, **options)
+            return family.async_cluster(startup_nodes=nodes, **options)
+        return family.async_cluster.from_url(self.url, **options)
 
     def ping(self) -> None:
         with self._errors(None):
-            self.client.ping(target_nodes=redis.cluster.RedisCluster.PRIMARIES)
+            self.client.ping(target_nodes=self.family.cluster.PRIMARIES)
 
     def _wait_then_claim(
         self, name: str, owner: str, window: float, args: list[Any], attempt: str
@@ -170,7 +160,7 @@ class RedisClusterBackend(RedisBackend):
         cluster: Any = self.client
         try:
             node = cluster.get_node_from_key(self.key(name))
-        except (redis.RedisError, RedisClusterException):
+        except (self.family.error, self.family.cluster_error):
             return None
         return None if node is None else node.name
 
@@ -180,17 +170,19 @@ class RedisClusterBackend(RedisBackend):
         # A primary that fails makes only its own leases unknown (retried); the others renew.
         results: list[float | LockError | None] = [None] * len(leases)
         keys = [self.key(name) for name, _, _ in leases]
+        # The replies of a primary that no longer (or not yet) serves a lock's slot.
+        redirected = (self.family.moved_error, self.family.ask_error)
         for node, indexes in self._by_primary(keys).values():
             batch = [leases[i] for i in indexes]
             try:
-                replies = self._renew_on(node.redis_connection, batch, keep=_REDIRECTED)
-            except redis.RedisError as exc:
+                replies = self._renew_on(node.redis_connection, batch, keep=redirected)
+            except self.family.error as exc:
                 error = self._unavailable(exc, None)
                 for index in indexes:
                     results[index] = error
                 continue
             for index, reply in zip(indexes, replies, strict=True):
-                if isinstance(reply, _REDIRECTED):
+                if isinstance(reply, redirected):
                     # The slot moved (resharding): once more through the cluster client,
                     # which follows MOVED and ASK and learns the new slot table.
                     results[index] = self._renew_redirected(*leases[index])

@@ -12,25 +12,27 @@ from typing import Any, ClassVar, TypeVar
 
 import redis
 import redis.asyncio
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from ..exceptions import InvalidLockBackendError
+from ._redis.caches import cache_connection, cache_problems
+from ._redis.clients import (
+    async_client,
+    client_family,
+    close_async_client,
+    close_client,
+    family_name,
+    family_problems,
+    sync_client,
+)
 from ._redis.connections import (
-    ASYNC_CONNECTION_OPTIONS,
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
     REFUSED_CONNECTION_OPTIONS,
     URL_SCHEMES,
     SentinelAddress,
-    async_client,
-    close_async_client,
-    close_client,
     redact_url,
     secret_safe,
     sentinel_problems,
-    sync_client,
     url_problems,
 )
 from ._redis.loops import PerLoop
@@ -71,7 +73,9 @@ _Won = TypeVar("_Won", AcquireResult, Grant)
 class RedisBackend(ClaimOnWake):
     """Locks stored on one Redis server.
 
-    OPTIONS: ``url`` (``redis://``, ``rediss://`` or ``unix://``), ``key_prefix``, ``ttl``
+    OPTIONS: ``url`` (``redis://``, ``rediss://``, ``unix://``, ``valkey://`` or
+    ``valkeys://``), or ``cache`` (a ``CACHES`` alias whose connection to use), ``client``
+    (``"redis"``, the default, or ``"valkey"``: the client library), ``key_prefix``, ``ttl``
     (default lease), ``max_hold`` (default bound on renewal), ``fencing_ttl`` (0, the
     default: fencing tokens come from the server's clock and nothing is kept after a release;
     more: a durable counter per name, kept that long after its last lease), ``socket_timeout``
@@ -82,6 +86,8 @@ class RedisBackend(ClaimOnWake):
 
     options: ClassVar[frozenset[str]] = BaseLockBackend.options | {
         "url",
+        "cache",
+        "client",
         "fencing_ttl",
         "socket_timeout",
         "socket_connect_timeout",
@@ -117,9 +123,18 @@ class RedisBackend(ClaimOnWake):
         service_name: str | None = None,
         wait_replicas: int = 0,
         wait_replicas_timeout: float = 1.0,
+        cache: str | None = None,
+        client: str | None = None,
         **connection_options: Any,
     ) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl, max_hold=max_hold)
+        #: The client library: its classes build the clients, its exceptions are caught.
+        self.family = client_family(family_name(client, [] if cache else [url]))
+        #: The CACHES alias whose connection is used, if any (then ``url`` only shows it).
+        self.cache = cache
+        self._cache = cache_connection(cache) if cache is not None else None
+        if self._cache is not None:
+            url = self._cache.url
         self.sentinels, self.service_name = sentinels, service_name
         self.wait_replicas = wait_replicas
         self.wait_replicas_timeout = float(wait_replicas_timeout)
@@ -136,43 +151,63 @@ class RedisBackend(ClaimOnWake):
             "socket_connect_timeout": float(socket_connect_timeout),
         }
         # The asyncio client takes the same options, less the few only the sync one knows.
+        async_options = self.family.async_connection_options
         self._async_options = {
             **timeouts,
-            **{k: v for k, v in connection_options.items() if k in ASYNC_CONNECTION_OPTIONS},
+            **{k: v for k, v in connection_options.items() if k in async_options},
             # No automatic retry: a script re-sent after a lost reply could count a hold twice.
-            "retry": AsyncRetry(NoBackoff(), 0),
+            "retry": self.family.async_no_retry(),
         }
-        connection_options.setdefault("retry", Retry(NoBackoff(), 0))
+        connection_options.setdefault("retry", self.family.no_retry())
         try:
+            # Typed as redis-py's client: valkey-py's has the same API.
             self.client: redis.Redis = self._connect(url, {**timeouts, **connection_options})
         except ValueError as exc:
             raise InvalidLockBackendError(
                 f"url {redact_url(url)!r} could not be used: {secret_safe(url, exc)}"
             ) from None
         self._async_clients = PerLoop(self._new_async_client, close_async_client)
-        self._scripts = Scripts()
+        self._scripts = Scripts(self.family.no_script_error)
 
     @classmethod
     def option_problems(cls, options: Mapping[str, Any], *, where: str) -> list[Problem]:
         found = super().option_problems(options, where=where)
         urls = [options["url"]] if "url" in options else []
         found += url_problems(urls, cls.url_schemes, options, where=where)
+        found += family_problems(options.get("client"), urls, list(options), where=where)
+        found += cache_problems(options, where=where)
         problems = sentinel_problems(options.get("sentinels"), options.get("service_name"))
         problems += replica_problems(options.get("wait_replicas", 0))
         return found + [cls.own_problem(where, problem) for problem in problems]
 
     def _connect(self, url: str, options: dict[str, Any]) -> Any:
-        """Return the blocking client: of ``url``, or of the primary that Sentinel names."""
-        return sync_client(url, self.sentinels, self.service_name, options)
+        """Return the blocking client of ``url``, of Sentinel's primary, or of the cache's."""
+        if self._cache is not None:
+            pool = self._cache.pool(self.family, options, asyncio=False)
+            return self.family.client(connection_pool=pool)
+        return sync_client(self.family, url, self.sentinels, self.service_name, options)
 
     def _new_async_client(self) -> redis.asyncio.Redis:
-        return async_client(self.url, self.sentinels, self.service_name, self._async_options)
+        # Typed as redis-py's client: valkey-py's has the same API.
+        client: redis.asyncio.Redis
+        if self._cache is not None:
+            pool = self._cache.pool(self.family, self._async_options, asyncio=True)
+            client = self.family.async_client.from_pool(pool)
+        else:
+            where = (self.url, self.sentinels, self.service_name)
+            client = async_client(self.family, *where, self._async_options)
+        return client
 
     @property
     def location(self) -> str:
-        """Return where the locks are: the URL (password redacted), or the Sentinel service."""
+        """Return where the locks are: the URL (password redacted), or the Sentinel service.
+
+        With ``cache``, the URL is the address of the cache's primary, with no credentials.
+        """
         if self.sentinels:
             return f"Sentinel service {self.service_name!r}"
+        if self.cache is not None:
+            return f"{self.url} (the connection of CACHES[{self.cache!r}])"
         return redact_url(self.url)
 
     def _subject(self) -> str:
@@ -191,7 +226,7 @@ class RedisBackend(ClaimOnWake):
         # lock to are woken here (wake()).
         try:
             reply = self._scripts.run(self.client.execute_command, script, keys, args)
-        except redis.RedisError as exc:
+        except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
         return self.wake(name, reply)
 
@@ -200,7 +235,7 @@ class RedisBackend(ClaimOnWake):
         client = await self._async_clients.get()
         try:
             reply = await self._scripts.arun(client.execute_command, script, keys, args)
-        except redis.RedisError as exc:
+        except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
         return await self.awake(name, reply, client)
 

@@ -21,6 +21,7 @@ from .._core.owner import new_attempt
 from ..exceptions import InvalidLockArgumentError, LockError
 from ._per_owner import PerOwner
 from ._quorum import Failed, Quorum, answer
+from ._redis.clients import family_problems
 from ._redis.connections import (
     CONNECTION_OPTIONS,
     CONNECTION_OPTIONS_DESCRIBED,
@@ -56,13 +57,15 @@ class RedlockBackend(BaseLockBackend):
     OPTIONS: ``urls`` (at least three masters; an odd number tolerates the most failures),
     ``key_prefix``, ``ttl``, ``fencing_ttl``, ``socket_timeout`` and
     ``socket_connect_timeout`` (per master, default 0.2 s), ``clock_drift_factor`` (default
-    0.01) and any redis-py connection pool keyword, given to every master.
+    0.01), ``client`` (``"redis"`` or ``"valkey"``; by default each master's URL decides, as
+    for :class:`~.redis.RedisBackend`) and any redis-py connection pool keyword, given to
+    every master.
     """
 
     duration_options: ClassVar[frozenset[str]] = BaseLockBackend.duration_options | _DURATIONS
     switch_duration_options: ClassVar[frozenset[str]] = frozenset({"fencing_ttl"})
     options: ClassVar[frozenset[str]] = (
-        BaseLockBackend.options | _DURATIONS | {"urls", "clock_drift_factor"}
+        BaseLockBackend.options | _DURATIONS | {"urls", "clock_drift_factor", "client"}
     )
     connection_options: ClassVar[frozenset[str]] = CONNECTION_OPTIONS
     connection_options_described: ClassVar[str] = CONNECTION_OPTIONS_DESCRIBED
@@ -84,6 +87,7 @@ class RedlockBackend(BaseLockBackend):
         socket_timeout: float = 0.2,
         socket_connect_timeout: float = 0.2,
         clock_drift_factor: float = 0.01,
+        client: str | None = None,
         **connection_options: Any,
     ) -> None:
         super().__init__(key_prefix=key_prefix, ttl=ttl, max_hold=max_hold)
@@ -98,6 +102,7 @@ class RedlockBackend(BaseLockBackend):
                 fencing_ttl=fencing_ttl,
                 socket_timeout=self.socket_timeout,
                 socket_connect_timeout=self.socket_connect_timeout,
+                client=client,
                 **connection_options,
             )
             for url in urls
@@ -148,6 +153,7 @@ class RedlockBackend(BaseLockBackend):
                 f"{factor!r}."
             )
         found += url_problems(urls, cls.url_schemes, options, where=where)
+        found += family_problems(options.get("client"), urls, list(options), where=where)
         return found + [cls.own_problem(where, problem) for problem in problems]
 
     def __repr__(self) -> str:

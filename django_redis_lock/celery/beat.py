@@ -25,7 +25,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import redis
 from celery.beat import PersistentScheduler, ScheduleEntry, Scheduler
 from django.conf import settings
 
@@ -211,7 +210,7 @@ class LeaderMixin:
                     self._adopt_again = True
             if self._term is not None and self._adopt_again:
                 self._adopt()
-        except (LockError, redis.RedisError) as exc:
+        except (LockError, self._client_error()) as exc:
             logger.warning("Beat could not run for leader: %s", exc)
             self._drop()
         return self._term
@@ -230,6 +229,10 @@ class LeaderMixin:
                 "a RedisBackend (or RedisClusterBackend)."
             )
         return backend
+
+    def _client_error(self) -> type[Exception]:
+        # The root of the errors of the backend's client library (redis-py's, valkey-py's).
+        return self._backend().family.error
 
     def _record_key(self) -> str:
         return self._backend().key(self.campaign.lock_name, KIND)
@@ -270,7 +273,7 @@ class LeaderMixin:
             try:
                 reply = self._claim(term, entry, after, run)
                 break
-            except (LockError, redis.RedisError) as exc:
+            except (LockError, self._client_error()) as exc:
                 if attempt == CLAIM_ATTEMPTS or term.lost:
                     logger.warning(
                         "Beat did not send %s: its run could not be recorded: %s", entry.name, exc

@@ -175,7 +175,7 @@ def test_wait_and_claim__interrupted_before_reading_leaves_no_reply_behind(
     assert backend.acquire("cut", "holder", AcquireRequest(ttl=30)).acquired
     assert not backend.acquire("cut", "waiter", AcquireRequest(ttl=30, wait=10)).acquired
 
-    def interrupted(connection: object) -> object:
+    def interrupted(connection: object, error_reply: object) -> object:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(protocol, "_reply", interrupted)

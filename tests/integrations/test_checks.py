@@ -43,7 +43,7 @@ HINT_E004 = (
 )
 HINT_E005 = "A backend must subclass django_redis_lock.backends.base.BaseLockBackend."
 HINT_E006 = "OPTIONS holds the keyword arguments of the backend's constructor."
-HINT_E008 = "Use one of: redis://, rediss://, unix://."
+HINT_E008 = "Use one of: redis://, rediss://, unix://, valkey://, valkeys://."
 HINT_E009 = "Durations are seconds; floats give millisecond precision (0.5 is 500 ms)."
 HINT_E010 = (
     "Every key of a lock starts with the prefix; braces would break the Redis Cluster hash "
@@ -229,8 +229,8 @@ def test_check__unknown_redis_option__E007() -> None:
         )
     ]
     assert messages[0].hint == (
-        "RedisBackend accepts: fencing_ttl, key_prefix, max_hold, sentinels, service_name, "
-        "socket_connect_timeout, socket_timeout, ttl, url, wait_replicas, "
+        "RedisBackend accepts: cache, client, fencing_ttl, key_prefix, max_hold, sentinels, "
+        "service_name, socket_connect_timeout, socket_timeout, ttl, url, wait_replicas, "
         "wait_replicas_timeout, and redis-py connection keywords such as password, "
         "ssl_ca_certs or max_connections."
     )

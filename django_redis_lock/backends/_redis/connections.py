@@ -10,9 +10,7 @@ from urllib.parse import urlsplit
 
 import redis
 import redis.asyncio
-import redis.asyncio.sentinel
 import redis.connection
-import redis.sentinel
 
 from .._options import Problem
 
@@ -23,13 +21,11 @@ __all__ = [
     "REFUSED_CONNECTION_OPTIONS",
     "URL_SCHEMES",
     "UrlProblem",
-    "async_client",
-    "close_async_client",
-    "close_client",
+    "pool_keywords",
     "redact_url",
     "secret_safe",
+    "sentinel_connection",
     "sentinel_problems",
-    "sync_client",
     "url_problem",
     "url_problems",
     "url_scheme",
@@ -50,21 +46,29 @@ def _keywords(*classes: type) -> frozenset[str]:
 
 _NOT_PASSED = {"self", "host", "port", "path", "connection_class", "decode_responses"}
 
-#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through.
+
+def pool_keywords(client: Any, asyncio: Any) -> tuple[frozenset[str], frozenset[str]]:
+    """Return what OPTIONS may pass to the pools of a client library, and the asyncio subset.
+
+    ``client`` and ``asyncio`` are the library's modules (``redis`` and ``redis.asyncio``).
+    """
+    blocking = (
+        _keywords(client.ConnectionPool, client.SSLConnection, client.UnixDomainSocketConnection)
+        - _NOT_PASSED
+    )
+    return blocking, blocking & _keywords(
+        asyncio.ConnectionPool, asyncio.SSLConnection, asyncio.UnixDomainSocketConnection
+    )
+
+
+#: Keyword arguments of redis-py's pool and connections that OPTIONS may pass through, and the
+#: subset that its asyncio client also takes (the rest apply to sync calls only).
 #: decode_responses is left out: the backend reads raw bytes.
-CONNECTION_OPTIONS: frozenset[str] = (
-    _keywords(redis.ConnectionPool, redis.SSLConnection, redis.UnixDomainSocketConnection)
-    - _NOT_PASSED
-)
+CONNECTION_OPTIONS, ASYNC_CONNECTION_OPTIONS = pool_keywords(redis, redis.asyncio)
 
-#: The subset that redis-py's asyncio client also takes (the rest apply to sync calls only).
-ASYNC_CONNECTION_OPTIONS: frozenset[str] = CONNECTION_OPTIONS & _keywords(
-    redis.asyncio.ConnectionPool,
-    redis.asyncio.SSLConnection,
-    redis.asyncio.UnixDomainSocketConnection,
-)
-
-URL_SCHEMES = frozenset({"redis", "rediss", "unix"})
+#: The schemes of the valkey client's own URLs; it reads redis:// and rediss:// URLs too.
+VALKEY_SCHEMES = frozenset({"valkey", "valkeys"})
+URL_SCHEMES = frozenset({"redis", "rediss", "unix"}) | VALKEY_SCHEMES
 
 #: redis-py connection keywords that OPTIONS may not pass, and why (check E007 says it).
 REFUSED_CONNECTION_OPTIONS = {
@@ -76,7 +80,17 @@ CONNECTION_OPTIONS_DESCRIBED = (
     "redis-py connection keywords such as password, ssl_ca_certs or max_connections"
 )
 
-_parse_url: Callable[[str], dict[str, Any]] = redis.connection.parse_url  # untyped in redis-py
+_redis_parse_url: Callable[[str], dict[str, Any]] = redis.connection.parse_url  # untyped
+
+
+def _parse_url(url: str) -> dict[str, Any]:
+    # valkey:// and valkeys:// read as redis:// and rediss:// do, in either client library.
+    if url_scheme(url) in VALKEY_SCHEMES:
+        at = url.lower().index("valkey")
+        url = f"{url[:at]}redis{url[at + len('valkey') :]}"
+    return _redis_parse_url(url)
+
+
 #: What redis-py reads from a URL besides its query (OPTIONS may not set these).
 _READ_FROM_URL = frozenset({"host", "port", "path", "connection_class"})
 #: Where a query's password (or ssl_password) starts.
@@ -289,80 +303,6 @@ def sentinel_connection(url: str) -> dict[str, Any]:
     """Return what a URL says about the primary behind Sentinel: database, credentials, TLS."""
     parts = _parse_url(url)
     found: dict[str, Any] = {k: parts[k] for k in ("db", "username", "password") if k in parts}
-    if url_scheme(url) == "rediss":
+    if url_scheme(url) in ("rediss", "valkeys"):
         found["ssl"] = True
     return found
-
-
-def sync_client(
-    url: str,
-    sentinels: Sequence[SentinelAddress] | None,
-    service_name: str | None,
-    options: dict[str, Any],
-) -> redis.Redis:
-    """Return the blocking client: of ``url``, or of the primary that Sentinel names."""
-    client: redis.Redis = _client(
-        (redis.Redis, redis.sentinel.Sentinel), url, sentinels, service_name, options
-    )
-    return client
-
-
-def async_client(
-    url: str,
-    sentinels: Sequence[SentinelAddress] | None,
-    service_name: str | None,
-    options: dict[str, Any],
-) -> redis.asyncio.Redis:
-    """Return an asyncio client, as :func:`sync_client` does a blocking one."""
-    client: redis.asyncio.Redis = _client(
-        (redis.asyncio.Redis, redis.asyncio.sentinel.Sentinel),
-        url,
-        sentinels,
-        service_name,
-        options,
-    )
-    return client
-
-
-def close_client(client: redis.Redis) -> None:
-    """Close the connections of a :func:`sync_client`, its Sentinel's included."""
-    client.connection_pool.disconnect()
-    for sentinel in _sentinels_of(client):  # a Sentinel's own connections, to the sentinels
-        sentinel.connection_pool.disconnect()
-
-
-async def close_async_client(client: redis.asyncio.Redis) -> None:
-    """Close an :func:`async_client`, as :func:`close_client` does a blocking one."""
-    await client.aclose()
-    for sentinel in _sentinels_of(client):
-        await sentinel.aclose()
-
-
-def _sentinels_of(client: Any) -> list[Any]:
-    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
-    return list(manager.sentinels) if manager is not None else []
-
-
-def _client(
-    classes: tuple[Any, Any],  # a client class and its Sentinel class (untyped in redis-py)
-    url: str,
-    sentinels: Sequence[SentinelAddress] | None,
-    service_name: str | None,
-    options: dict[str, Any],
-) -> Any:
-    redis_class, sentinel_class = classes
-    if not sentinels:
-        return redis_class.from_url(url, **options)
-    addresses = [sentinel_address(one) for one in sentinels]
-    sentinel = sentinel_class(
-        [a for a in addresses if a is not None],
-        sentinel_kwargs=_sentinel_kwargs(options),
-        **options,
-    )
-    assert service_name is not None
-    return sentinel.master_for(service_name, **sentinel_connection(url))
-
-
-def _sentinel_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    # The sentinels themselves are asked with the same timeouts (not the primary's password).
-    return {k: options[k] for k in ("socket_timeout", "socket_connect_timeout") if k in options}

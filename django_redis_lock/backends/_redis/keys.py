@@ -12,11 +12,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import redis
-from redis.exceptions import RedisClusterException
-
 from ...exceptions import BackendUnavailableError
 from ..base import BaseLockBackend, LockInfo, WaiterInfo, glob_escape, page_cursor
+from .clients import ClientFamily
 from .scripts import KEY_COUNTS
 
 __all__ = ["RedisKeyspace"]
@@ -26,9 +24,10 @@ _SUFFIX_WAITERS = b"w"
 
 
 class RedisKeyspace(BaseLockBackend):
-    """The keys, errors and listing of a backend whose ``client`` is a redis-py client."""
+    """The keys, errors and listing of a backend whose ``client`` is one of ``family``'s."""
 
     client: Any
+    family: ClientFamily
 
     def _subject(self) -> str:
         """Return what an error message says is unavailable (a server, a service)."""
@@ -72,20 +71,19 @@ class RedisKeyspace(BaseLockBackend):
     def _errors(self, name: str | None) -> Iterator[None]:
         try:
             yield
-        except (redis.RedisError, RedisClusterException) as exc:
+        except (self.family.error, self.family.cluster_error) as exc:
             raise self._unavailable(exc, name) from exc
 
-    def _unavailable(
-        self, exc: redis.RedisError | RedisClusterException, name: str | None
-    ) -> BackendUnavailableError:
-        # redis-py's cluster client says "cannot be connected" with a RedisClusterException,
-        # which is no RedisError.
-        if isinstance(exc, redis.AuthenticationError):
+    def _unavailable(self, exc: Exception, name: str | None) -> BackendUnavailableError:
+        # ``exc`` is an error of the client library. Its cluster client says "cannot be
+        # connected" with a RedisClusterException, which is no RedisError.
+        family = self.family
+        if isinstance(exc, family.auth_error):
             # A healthy server that wants a password is not "unavailable": say what it wants.
             return BackendUnavailableError(
                 f"{self._subject()} {_auth_problem(exc)} ({exc})", lock_name=name
             )
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, RedisClusterException)):
+        if isinstance(exc, (family.connection_error, family.timeout_error, family.cluster_error)):
             problem = "is unavailable"
         else:
             # A server that answers but refuses (read-only replica, ACL, bad database index)
@@ -205,7 +203,7 @@ def _info(name: str, owner: str, record: bytes, now_ms: int, waiting: int) -> Lo
     )
 
 
-def _auth_problem(exc: redis.AuthenticationError) -> str:
+def _auth_problem(exc: Exception) -> str:
     """Say what a server that refused to authenticate wants (never quoting a password)."""
     # redis-py raises it for WRONGPASS (credentials sent, refused) and NOAUTH (none sent).
     if str(exc).startswith("invalid username-password pair"):

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from ..base import AcquireAllResult, AcquireRequest, AcquireResult, Grant, ReleaseRequest
 
 __all__ = [
@@ -143,7 +141,9 @@ def granted(reply: list[bytes] | None) -> Grant | None:
     return Grant(int(fence), int(lease_ms) / 1000)
 
 
-def send_together(pool: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+def send_together(
+    pool: Any, commands: list[tuple[Any, ...]], error_reply: type[Exception]
+) -> list[Any]:
     """Write ``commands`` at once on one connection of ``pool``; return their replies.
 
     An error reply stands in its command's place. Interrupted before every reply is read, the
@@ -155,7 +155,7 @@ def send_together(pool: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
         connection = pool.get_connection(commands[0][0])
     try:
         connection.send_packed_command(connection.pack_commands(commands))
-        return [_reply(connection) for _ in commands]
+        return [_reply(connection, error_reply) for _ in commands]
     except BaseException:
         connection.disconnect()
         raise
@@ -163,9 +163,9 @@ def send_together(pool: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
         pool.release(connection)
 
 
-def _reply(connection: Any) -> Any:
+def _reply(connection: Any, error_reply: type[Exception]) -> Any:
     """Read the next reply on ``connection``; an error reply is returned, not raised."""
     try:
         return connection.read_response()
-    except redis.ResponseError as error:
+    except error_reply as error:
         return error

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-
 from ...exceptions import LockError
 from .keys import RedisKeyspace
 from .protocol import extend_args, seconds
@@ -43,6 +41,6 @@ class PipelinedRenewal(RedisKeyspace):
         calls = [(self.key(name), extend_args(owner, ttl, True)) for name, owner, ttl in leases]
         replies = self._scripts.run_many(client, "extend", calls)
         for reply in replies:
-            if isinstance(reply, redis.RedisError) and not isinstance(reply, keep):
+            if isinstance(reply, self.family.error) and not isinstance(reply, keep):
                 raise reply
         return replies

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from ...exceptions import BackendUnavailableError
 from .scripts import Scripts
 
@@ -37,7 +35,7 @@ def replicated(
     queue("WAIT", *wait_args)
     try:
         reply, acks = pipe.execute()
-    except NoScriptError:
+    except scripts.no_script:
         scripts.lost("acquire")  # the server lost its scripts (a restart)
         raise
     return reply, int(acks)

@@ -10,8 +10,6 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 __all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "WAKE", "Scripts", "source"]
 
 SCRIPT_NAMES = (
@@ -54,9 +52,14 @@ def source(name: str) -> str:
 
 
 class Scripts:
-    """The scripts as one backend sends them: by SHA1 (``EVALSHA``), loaded when needed."""
+    """The scripts as one backend sends them: by SHA1 (``EVALSHA``), loaded when needed.
 
-    def __init__(self) -> None:
+    ``no_script`` is the exception its client library raises for a script the server does
+    not have (redis-py's or valkey-py's ``NoScriptError``).
+    """
+
+    def __init__(self, no_script: type[Exception]) -> None:
+        self.no_script = no_script
         #: The SHA1 of each script, by name: EVALSHA sends the digest, not the source.
         self.sha = {
             name: hashlib.sha1(source(name).encode()).hexdigest()  # noqa: S324
@@ -87,7 +90,7 @@ class Scripts:
         keys = [key] if isinstance(key, str) else key
         try:
             return command("EVALSHA", self.sha[name], len(keys), *keys, *args)
-        except NoScriptError:
+        except self.no_script:
             return command("EVAL", source(name), len(keys), *keys, *args)
 
     async def arun(
@@ -97,7 +100,7 @@ class Scripts:
         keys = [key] if isinstance(key, str) else key
         try:
             return await command("EVALSHA", self.sha[name], len(keys), *keys, *args)
-        except NoScriptError:
+        except self.no_script:
             return await command("EVAL", source(name), len(keys), *keys, *args)
 
     def run_many(
@@ -113,7 +116,7 @@ class Scripts:
             for key, args in calls:
                 queue("EVALSHA", self.sha[name], 1, key, *args)
             replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+            if attempt == 0 and any(isinstance(r, self.no_script) for r in replies):
                 client.script_load(source(name))  # the server lost its scripts (a restart)
                 continue
             break

@@ -19,7 +19,6 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from redis.exceptions import NoScriptError
 
 from ..base import AcquireRequest, AcquireResult
 from .loops import PerLoop
@@ -58,7 +57,7 @@ class ClaimOnWake(PipelinedRenewal):
             pipe.execute_command(*command)
         try:
             pipe.execute()
-        except redis.RedisError as exc:
+        except self.family.error as exc:
             _not_woken(name, exc)
         return reply[1]
 
@@ -71,7 +70,7 @@ class ClaimOnWake(PipelinedRenewal):
             pipe.execute_command(*command)
         try:
             await pipe.execute()
-        except redis.RedisError as exc:
+        except self.family.error as exc:
             _not_woken(name, exc)
         return reply[1]
 
@@ -106,7 +105,7 @@ class ClaimOnWake(PipelinedRenewal):
         # The claim's reply (or error reply). Sent together and read back directly: a redis-py
         # Pipeline's bookkeeping would run after the wake-up, on the handoff's clock.
         commands = self._wait_commands(name, owner, window, args, attempt)
-        return send_together(self.client.connection_pool, commands)[1]
+        return send_together(self.client.connection_pool, commands, self.family.response_error)[1]
 
     async def await_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -121,7 +120,7 @@ class ClaimOnWake(PipelinedRenewal):
             pipe.execute_command(*command)
         try:
             replies = await pipe.execute(raise_on_error=False)
-        except redis.RedisError as exc:
+        except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
         result = self._claimed(name, await self.awake(name, replies[1], client))
         if result is None:
@@ -141,15 +140,15 @@ class ClaimOnWake(PipelinedRenewal):
 
     def _claimed(self, name: str, reply: Any) -> AcquireResult | None:
         """Return the claim's reply, sent with a wait; None if the server lost the script."""
-        if isinstance(reply, NoScriptError):  # the server lost its scripts (a restart)
+        if isinstance(reply, self.family.no_script_error):  # the server lost its scripts
             self._scripts.lost("acquire")
             return None
-        if isinstance(reply, redis.RedisError):
+        if isinstance(reply, self.family.error):
             raise self._unavailable(reply, name) from reply
         return acquired(reply)
 
 
-def _not_woken(name: str, exc: redis.RedisError) -> None:
+def _not_woken(name: str, exc: Exception) -> None:
     logger.warning(
         "Lock %r was handed to a waiting owner, but its wake-up call could not be sent (%s): "
         "it claims the lock when its wait ends.",
