@@ -175,7 +175,7 @@ class RedisClusterBackend(RedisBackend):
         for node, indexes in self._by_primary(keys).values():
             batch = [leases[i] for i in indexes]
             try:
-                replies = self._renew_on(node.redis_connection, batch, keep=redirected)
+                replies = self._renew_on(self.family.node_client(node), batch, keep=redirected)
             except self.family.error as exc:
                 error = self._unavailable(exc, None)
                 for index in indexes:
@@ -209,7 +209,7 @@ class RedisClusterBackend(RedisBackend):
         with self._errors(None):
             while index < len(primaries) and len(keys) < count:
                 node = cluster.get_node(node_name=primaries[index])
-                position, found = node.redis_connection.scan(
+                position, found = self.family.node_client(node).scan(
                     position, match=self._match(pattern), count=max(count, 100), _type="hash"
                 )
                 keys.extend(k if isinstance(k, bytes) else k.encode() for k in found)
@@ -224,12 +224,13 @@ class RedisClusterBackend(RedisBackend):
         cluster: Any = self.client
         with self._errors(name):
             node = cluster.get_node_from_key(self.key(name))
-            return self._waiters_on(node.redis_connection, name)
+            return self._waiters_on(self.family.node_client(node), name)
 
     def _read_batch(self, keys: list[bytes], client: Any = None) -> Iterator[LockInfo]:
         # Per primary, on that primary's own clock.
         for node, indexes in self._by_primary(keys).values():
-            yield from super()._read_batch([keys[i] for i in indexes], node.redis_connection)
+            client = self.family.node_client(node)
+            yield from super()._read_batch([keys[i] for i in indexes], client)
 
 
 def _cluster_cursor(cursor: str | None, primaries: int) -> tuple[int, int]:

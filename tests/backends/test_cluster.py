@@ -208,6 +208,32 @@ def test_slots__every_key_of_a_lock_is_in_one_slot(
 
 
 @pytest.mark.serial
+def test_valkey_client__spreads_locks_over_the_primaries_as_redis_py_does(
+    cluster: RedisClusterServers, prefix: str
+) -> None:
+    with override_settings(LOCKS=cluster_locks(cluster, prefix, client="valkey")):
+        backend = locks["cluster"]
+        assert isinstance(backend, RedisClusterBackend)
+        assert type(backend.client).__name__ == "ValkeyCluster"
+        by_port = names_on(backend, "valkey", 5)
+        assert len(by_port) == 3
+        names = [name for found in by_port.values() for name in found]
+        with lock_all(names, using="cluster"):
+            assert {info.name for info in backend.iter_locks("valkey:*")} == set(names)
+        assert [info.name for info in backend.iter_locks("valkey:*")] == []
+        backend.ping()
+
+
+async def test_valkey_client__alock_on_the_cluster(
+    cluster: RedisClusterServers, prefix: str
+) -> None:
+    with override_settings(LOCKS=cluster_locks(cluster, prefix, client="valkey")):
+        async with alock("valkey:async", using="cluster") as held:
+            assert await held.owned()
+            assert await alock("valkey:async", using="cluster").locked()
+        await locks["cluster"].aclose()
+
+
 def test_handoff__a_blocked_waiter_is_handed_the_lock_at_release(
     backend: RedisClusterBackend,
 ) -> None:

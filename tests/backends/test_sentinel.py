@@ -255,6 +255,32 @@ async def test_alock__through_sentinel(topology: SentinelRedis, prefix: str) -> 
         await locks["sentinel"].aclose()
 
 
+def test_valkey_client__finds_the_primary_through_valkeys_sentinel(
+    topology: SentinelRedis, prefix: str
+) -> None:
+    alias = sentinel_alias(topology, prefix)
+    alias["OPTIONS"]["client"] = "valkey"
+    with override_settings(LOCKS={**settings.LOCKS, "sentinel": alias}):
+        backend = backend_of("sentinel")
+        assert type(backend.client).__module__.startswith("valkey.")
+        with lock("sentinel:valkey", using="sentinel") as held:
+            assert held.owned()
+            assert holders(topology, "sentinel:valkey") == [current_owner().encode()]
+        assert holders(topology, "sentinel:valkey") == []
+
+
+async def test_valkey_client__alock_through_valkeys_sentinel(
+    topology: SentinelRedis, prefix: str
+) -> None:
+    alias = sentinel_alias(topology, prefix)
+    alias["OPTIONS"]["client"] = "valkey"
+    with override_settings(LOCKS={**settings.LOCKS, "sentinel": alias}):
+        async with alock("sentinel:valkey-async", using="sentinel") as held:
+            assert await held.owned()
+        assert holders(topology, "sentinel:valkey-async") == []
+        await locks["sentinel"].aclose()
+
+
 # Failover -------------------------------------------------------------------------------------
 
 

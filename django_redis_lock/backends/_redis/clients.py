@@ -89,6 +89,10 @@ class ClientFamily:
     moved_error: type[Exception]
     ask_error: type[Exception]
 
+    def node_client(self, node: Any) -> Any:
+        """Return the client of one node of a Cluster client (``node.redis_connection``)."""
+        return getattr(node, f"{self.name}_connection")
+
     def no_retry(self) -> Any:
         """Return a blocking client's retry policy that never re-sends a command."""
         return self.retry(self.no_backoff(), 0)
