@@ -1,4 +1,5 @@
-"""The contract runs on every backend: Redis, LocMem, Redis Cluster and Redlock.
+"""The contract runs on every backend: Redis, LocMem, Redis Cluster and Redlock, and once more
+on Redis through the valkey client library.
 
 Each test of tests/contract/ runs once per backend (``using`` and ``backend`` are
 parametrized here). The Cluster and the Redlock masters start once per session, at the first
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from django.test import override_settings
@@ -47,6 +49,8 @@ BACKENDS = {
             "killed or not, never holds them (docs/backends.rst)",
         },
     ),
+    # The Redis backend on the same server, through valkey-py instead of redis-py.
+    "valkey_client": ContractBackend("valkey_client"),
     "cluster": ContractBackend("cluster"),
     "redlock": ContractBackend(
         "redlock",
@@ -95,8 +99,10 @@ def using(request: pytest.FixtureRequest, redis_url: str, prefix: str) -> Iterat
         for capability in marker.args:
             if capability in contract_backend.lacks:
                 pytest.skip(f"{request.param}: {contract_backend.lacks[capability]}")
-    servers: dict[str, list[str]] = {}
-    if request.param == "cluster":
+    servers: dict[str, Any] = {}
+    if request.param == "valkey_client":
+        servers["valkey_client"] = True
+    elif request.param == "cluster":
         cluster: RedisClusterServers = request.getfixturevalue("redis_cluster")
         servers["cluster_nodes"] = [f"{host}:{port}" for host, port in cluster.startup_nodes]
     elif request.param == "redlock":

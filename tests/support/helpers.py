@@ -91,11 +91,14 @@ def locks_setting(
     *,
     cluster_nodes: Sequence[str] = (),
     redlock_urls: Sequence[str] = (),
+    valkey_client: bool = False,
 ) -> dict[str, Any]:
     """Return the LOCKS value of the suite: 'default' on Redis, 'locmem' in process.
 
     Given their servers, 'cluster' (a Redis Cluster, ``host:port`` startup nodes) and
-    'redlock' (independent masters) are added; every alias keeps its keys under ``prefix``.
+    'redlock' (independent masters) are added; with ``valkey_client``, 'valkey_client' (the
+    server of 'default' through the valkey client, chosen by a valkey:// URL). Every alias
+    keeps its keys under ``prefix``.
     """
     setting: dict[str, Any] = {
         "default": {
@@ -111,6 +114,11 @@ def locks_setting(
         setting["cluster"] = {
             "BACKEND": "django_redis_lock.backends.cluster.RedisClusterBackend",
             "OPTIONS": {"startup_nodes": list(cluster_nodes), "key_prefix": prefix},
+        }
+    if valkey_client:
+        setting["valkey_client"] = {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": url.replace("redis://", "valkey://", 1), "key_prefix": prefix},
         }
     if redlock_urls:
         setting["redlock"] = {

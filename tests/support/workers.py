@@ -11,7 +11,8 @@ from typing import Any
 def setup_django(url: str, prefix: str, cluster_nodes: Sequence[str] = ()) -> None:
     """Configure Django in a spawned process, with LOCKS on the test's server and prefix.
 
-    Given ``cluster_nodes``, the 'cluster' alias is on that Redis Cluster.
+    Given ``cluster_nodes``, the 'cluster' alias is on that Redis Cluster; 'valkey_client' is
+    the test's server through the valkey client, as in the contract's parent process.
     """
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
     import django
@@ -20,7 +21,8 @@ def setup_django(url: str, prefix: str, cluster_nodes: Sequence[str] = ()) -> No
     from .helpers import locks_setting
 
     django.setup()
-    override_settings(LOCKS=locks_setting(url, prefix, cluster_nodes=cluster_nodes)).enable()
+    setting = locks_setting(url, prefix, cluster_nodes=cluster_nodes, valkey_client=True)
+    override_settings(LOCKS=setting).enable()
 
 
 def wait_for_lock(
