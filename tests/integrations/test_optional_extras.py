@@ -24,7 +24,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Every optional package of the extras (and Django 6's own ``django.tasks``).
-OPTIONAL = ["celery", "kombu", "django_tasks", "django.tasks", "health_check", "prometheus_client"]
+OPTIONAL = [
+    "celery",
+    "kombu",
+    "django_tasks",
+    "django.tasks",
+    "health_check",
+    "prometheus_client",
+    "valkey",
+    "django_redis",
+]
 
 #: ``None`` in ``sys.modules`` is Python's own "not installed": imports of the name fail with
 #: ModuleNotFoundError and ``importlib.util.find_spec`` finds nothing, as in a project without it.
@@ -156,3 +165,46 @@ def test_tasks__with_its_framework_installed_the_decorator_loads_on_first_use() 
         """,
     )
     assert result == {"lazy": True, "name": "django_redis_lock.tasks.decorator"}
+
+
+def test_valkey_client__without_valkey_installed_the_setting_is_named_with_the_extra() -> None:
+    result = run(
+        ["valkey"],
+        """
+        from django.core.checks import run_checks
+        from django.test import override_settings
+        from django_redis_lock import InvalidLockBackendError, locks
+        with override_settings(LOCKS={"default": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"url": "valkey://127.0.0.1:1/0"},
+        }, "told": {
+            "BACKEND": "django_redis_lock.backends.redis.RedisBackend",
+            "OPTIONS": {"client": "valkey"},
+        }}):
+            checks = [[m.id, m.msg, m.hint] for m in run_checks() if "redis_lock" in m.id]
+            try:
+                locks["told"]
+            except InvalidLockBackendError as exc:
+                error = str(exc)
+        print(json.dumps({"checks": checks, "error": error}))
+        """,
+    )
+    hint = 'Install it: pip install "django-redis-lock[valkey]".'
+    assert result == {
+        "checks": [
+            [
+                "django_redis_lock.E016",
+                "LOCKS['default']['OPTIONS'] has a valkey:// URL, but the valkey package is not "
+                "installed.",
+                hint,
+            ],
+            [
+                "django_redis_lock.E016",
+                "LOCKS['told']['OPTIONS']['client'] is 'valkey', but the valkey package is not "
+                "installed.",
+                hint,
+            ],
+        ],
+        "error": "LOCKS['told']['OPTIONS']['client'] is 'valkey', but the valkey package is not "
+        f"installed. {hint}",
+    }

@@ -235,7 +235,8 @@ def url_problems(
                 )
             )
     tls = sorted(name for name in options if name.startswith("ssl_"))
-    if tls and any(isinstance(url, str) and url_scheme(url) != "rediss" for url in urls):
+    secure = ("rediss", "valkeys")
+    if tls and any(isinstance(url, str) and url_scheme(url) not in secure for url in urls):
         found.append(
             Problem(
                 "django_redis_lock.E012",
