@@ -22,7 +22,7 @@ from .clients import ClientFamily
 
 __all__ = ["CACHE_BACKENDS", "CacheConnection", "cache_connection", "cache_problems"]
 
-#: The cache backends whose connection a lock backend can use, and their other OPTIONS.
+#: The cache backends whose connection a lock backend can use (subclasses of them too).
 CACHE_BACKENDS = (
     "django.core.cache.backends.redis.RedisCache",
     "django_redis.cache.RedisCache",
