@@ -157,6 +157,7 @@ def test_cache__credentials_come_from_the_cache_and_are_never_shown(
             assert held.owned()
         assert PASSWORD not in repr(backend)
         assert PASSWORD not in backend.location
+        assert PASSWORD not in repr(vars(backend))
 
 
 @pytest.mark.parametrize("cache_backend", [DJANGO_CACHE, DJANGO_REDIS])

@@ -10,7 +10,7 @@ re-sent acquire could count a hold twice), and a cache may set both otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -119,8 +119,9 @@ class CacheConnection:
     alias: str
     #: "tcp", "tls" or "unix": the family's connection class of that kind is used.
     kind: str
-    #: The pool's keyword arguments (address, database, credentials, TLS, pool size).
-    kwargs: dict[str, Any]
+    #: The pool's keyword arguments (address, database, credentials, TLS, pool size): never
+    #: in ``repr()``, since they hold the password.
+    kwargs: dict[str, Any] = field(repr=False)
 
     @property
     def url(self) -> str:
