@@ -290,7 +290,9 @@ def test_lost__renewal_finds_the_lock_taken_and_reports_it(
         with caplog.at_level(logging.WARNING, "django_redis_lock"):
             with pytest.raises(LockLostError, match="another owner"), handle:
                 backend.force_release("live:stolen")
-                eventually(lambda: handle.lost, timeout=5)
+                # The report's last step: the renewal thread marks the hold lost first, then
+                # logs, signals and calls on_lost.
+                eventually(lambda: lost_calls, timeout=5)
                 with pytest.raises(LockLostError):
                     handle.check()
     finally:
