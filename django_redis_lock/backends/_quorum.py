@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
@@ -226,8 +226,8 @@ class Quorum:
         """Return the holders a majority of the masters list, from each master's listing.
 
         A holder is listed when a majority list the same owner of the name. Shown: the
-        majority's lease (the majority-th longest), the hold's :meth:`fencing_token`, and the
-        rest as the master with that lease recorded them.
+        majority's lease (the majority-th longest), the largest token, and the rest as the
+        master with that lease recorded them.
         """
         seen: dict[tuple[str, str], list[LockInfo]] = {}
         for infos in self.answered(outcomes, name):
@@ -246,20 +246,10 @@ class Quorum:
                     chosen,
                     ttl=self.lease_left(chosen.ttl) or 0.001,
                     holds=holds,
-                    fencing_token=self.fencing_token(info.fencing_token for info in copies),
+                    fencing_token=max(info.fencing_token for info in copies),
                 )
             )
         return merged
-
-    def fencing_token(self, tokens: Iterable[int]) -> int:
-        """Return the fencing token of a hold, from the tokens its masters issued: the least.
-
-        The holder knows the tokens of the masters that answered before the majority did;
-        the listing sees every master's. A master that runs the acquire later issues its
-        token later, from a clock or counter at least as far on (one far ahead included):
-        the least token is then the same whichever masters are counted.
-        """
-        return min(tokens)
 
     def drift(self, seconds: float) -> float:
         return seconds * self.clock_drift_factor + 0.002

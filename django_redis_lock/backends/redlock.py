@@ -253,10 +253,9 @@ class RedlockBackend(BaseLockBackend):
             known = self._tokens.get(name, owner)
             if known is not None:
                 return known
-            # Not remembered (another backend instance took it): the reentrant masters' token.
-            held = [r for r in grants if r.holds > 1]
-            return self._masters.fencing_token(r.fencing_token or 0 for r in held)
-        token = self._masters.fencing_token(r.fencing_token or 0 for r in grants)
+            # Not remembered (another backend instance took it): the reentrant masters' best.
+            return max(r.fencing_token or 0 for r in grants if r.holds > 1)
+        token = max(r.fencing_token or 0 for r in grants)
         self._tokens.put(name, owner, token)
         return token
 
