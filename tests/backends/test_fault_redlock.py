@@ -19,6 +19,7 @@ from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.backends.redlock import RedlockBackend
 from django_redis_lock.testing import RedisServer
 from django_redis_lock.testing.topologies import IndependentMasters
+from tests.support.helpers import eventually
 
 pytestmark = pytest.mark.slow
 
