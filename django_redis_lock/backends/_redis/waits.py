@@ -50,7 +50,7 @@ class ClaimOnWake(PipelinedRenewal):
 
     def wake(self, name: str, reply: Any) -> Any:
         """Return a script's reply, first waking the owners it handed lock ``name`` to."""
-        if type(reply) is not list or not reply or reply[0] != WAKE:
+        if not _hands_over(reply):
             return reply
         pipe: Any = self.client.pipeline(transaction=False)
         for command in self._wake_commands(name, reply):
@@ -63,7 +63,7 @@ class ClaimOnWake(PipelinedRenewal):
 
     async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
         """Do what :meth:`wake` does, through the running event loop's ``client``."""
-        if type(reply) is not list or not reply or reply[0] != WAKE:
+        if not _hands_over(reply):
             return reply
         pipe = client.pipeline(transaction=False)
         for command in self._wake_commands(name, reply):
@@ -155,3 +155,8 @@ def _not_woken(name: str, exc: Exception) -> None:
         name,
         exc,
     )
+
+
+def _hands_over(reply: Any) -> bool:
+    # Whether a script's reply carries owners it handed the lock to (reply() in the helpers).
+    return type(reply) is list and bool(reply) and reply[0] == WAKE
