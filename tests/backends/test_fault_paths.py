@@ -29,6 +29,9 @@ from django_redis_lock import (
     lock,
     locks,
 )
+from django_redis_lock.backends._redis.protocol import release_args
+from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest
+from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.signals import lock_lost
 from django_redis_lock.testing import RedisServer
 from tests.support import fault_workers
@@ -446,3 +449,50 @@ def test_lease_shorter_than_the_round_trip__refused_instead_of_retried_forever(
     assert "round trip" in str(errors[0])
     assert not handle.owned()
     eventually(lambda: not raw_redis.exists(f"{prefix}:{{=short}}:h"))
+
+
+# 5. A release whose client dies before it wakes the owner handed the lock --------------------
+
+
+def test_a_lost_wake_up_call_costs_the_waiter_time_never_a_second_holder(
+    raw_redis: redis_py.Redis,
+) -> None:
+    """The release script hands the lock to a waiting owner and returns it; the client that ran
+    it is cut off before it pushes the wake-up call. The grant ends unclaimed, another owner
+    takes the lock, and the waiter, whose wait ends unwoken, takes it only at that release."""
+    name = "faults:unwoken"
+    backend = locks["default"]
+    assert isinstance(backend, RedisBackend)
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=30)).acquired
+    inside: list[list[str]] = []
+    taken: list[bool] = []
+
+    def wait() -> None:
+        with lock(name, timeout=30) as waiter:
+            taken.append(waiter.fencing_token is not None)
+            inside.append(holders_of(backend, name))
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    eventually(lambda: int(raw_redis.zcard(backend.key(name, "q"))) == 1)
+    # The release as its client sends it, without the wake-up push that follows the reply.
+    keys = backend.script_keys("release", name)
+    backend._scripts.load(backend.client, "release")
+    args = release_args("holder", ReleaseRequest(), backend._fencing_arg)
+    reply = raw_redis.evalsha(backend._scripts.sha["release"], len(keys), *keys, *args)
+    assert reply[0] == b"wake", "the release handed the lock to nobody"
+    eventually(lambda: holders_of(backend, name) == [], timeout=5)  # the grant ended unclaimed
+    assert backend.acquire(name, "other", AcquireRequest(ttl=30)).acquired
+    time.sleep(backend.max_wait + 0.5)  # the waiter's wait ended, unwoken: it claims, and waits
+    assert taken == []
+    assert holders_of(backend, name) == ["other"]
+    backend.release(name, "other")
+    waiter.join(10)
+    assert taken == [True]
+    [alone] = inside
+    assert len(alone) == 1
+    assert alone != ["other"], "the waiter held the lock beside the other owner"
+
+
+def holders_of(backend: Any, name: str) -> list[str]:
+    return sorted(info.owner for info in backend.lock_info(name))
