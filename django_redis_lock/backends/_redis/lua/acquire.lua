@@ -19,29 +19,38 @@
 --         {-2} when the owner holds the lock under a larger limit than it asks for now (a
 --              reader asking to write): a hold is never made stricter while it is held.
 -- A reply that handed the lock to waiting owners carries them (see reply() in the helpers).
-local owner, lease, limit, meta = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-local fence_ttl, wait_ms, flags = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local known, attempt = tonumber(ARGV[8]), ARGV[9]
+local owner, meta, flags, attempt = ARGV[1], ARGV[4], ARGV[7], ARGV[9]
 
--- Keys are looked at one by one: in a Redis Cluster slot that is being migrated, a command
--- on several keys fails when one of them is missing.
-if flags == '-' and fence_ttl == 0 and not (known and known > 0)
-    and redis.call('EXISTS', K_holders) == 0
-    and redis.call('EXISTS', K_withdrawn) == 0
-    and (limit == 1 or redis.call('EXISTS', K_queue) == 0) then
-  -- The common case: nobody holds the lock, and this is a first, non-fair attempt not
-  -- withdrawn already (owners waiting, if any, are served at its release; a reader leaves
-  -- them to the slow path, which lets no reader pass a waiting writer). One hash field,
-  -- one expiry; the fencing token is the server's clock in microseconds (see new_fence()),
-  -- and the record is the one record() writes.
+-- The common case: nobody holds the lock, and this is a first, non-fair attempt not
+-- withdrawn already (owners waiting, if any, are served at its release; a reader leaves
+-- them to the slow path, which lets no reader pass a waiting writer). One EXISTS, the clock,
+-- one hash field, one expiry; the fencing token is the server's clock in microseconds (see
+-- new_fence()), and the record is the one record() writes. The arguments are compared as the
+-- strings the client sent, and the record is put together from strings: turning numbers into
+-- text and back costs the server more than the rest of this path.
+if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0')
+    and (ARGV[3] == '1' and redis.call('EXISTS', K_holders, K_withdrawn)
+      or redis.call('EXISTS', K_holders, K_withdrawn, K_queue)) == 0 then
   local clock = redis.call('TIME')
-  local at = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local fence = string.format('%s%06d', clock[1], clock[2])
+  local us = string.sub('00000' .. clock[2], -6)
+  local at = clock[1] .. string.sub(us, 1, 3)
+  local lease = tonumber(ARGV[2])
+  local ends = tonumber(at) + lease
+  -- A whole number of ms as digits, in two parts: string.format's %d is 32 bits on some
+  -- builds, and its %.0f costs several times more.
+  local function digits(ms)
+    local high = math.floor(ms / 1000000)
+    return string.format('%d%06d', high, ms - high * 1000000)
+  end
   redis.call('HSET', K_holders, owner,
-    string.format('%.0f 1 %s %.0f %d %s ', at + lease, fence, at, limit, attempt) .. meta)
-  redis.call('PEXPIREAT', K_holders, at + lease - 1)
-  return {1, tonumber(fence), 1, lease}
+    digits(ends) .. ' 1 ' .. clock[1] .. us .. ' ' .. at .. ' ' .. ARGV[3] .. ' ' .. attempt
+    .. ' ' .. meta)
+  redis.call('PEXPIREAT', K_holders, digits(ends - 1))
+  return {1, clock[1] .. us, 1, lease}
 end
+
+local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local fence_ttl, wait_ms, known = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
 
 --! helpers
 
