@@ -19,7 +19,8 @@ end
 -- client's id of the acquire that last took or re-took the hold (so a late undo touches only
 -- that attempt).
 local function record(ends, holds, fence, at, limit, attempt, meta)
-  return string.format('%.0f %d %s %.0f %d %s ', ends, holds, fence, at, limit, attempt) .. meta
+  return digits(ends) .. string.format(' %d %s ', holds, fence) .. digits(at)
+    .. string.format(' %d %s ', limit, attempt) .. meta
 end
 
 -- Return a record's lease end, holds, fencing token (a string), acquired at, attempt, meta
@@ -49,9 +50,9 @@ local function new_fence(fence_ttl, lease, above)
   end
   if fence_ttl > 0 then
     fence = math.max(fence, tonumber(redis.call('GET', K_fence) or '0') + 1)
-    redis.call('SET', K_fence, string.format('%.0f', fence), 'PX', lease + fence_ttl)
+    redis.call('SET', K_fence, digits(fence), 'PX', lease + fence_ttl)
   end
-  return string.format('%.0f', fence)
+  return digits(fence)
 end
 
 -- Whether attempt id ``a`` was made after ``b``, by the same process. Ids are

@@ -36,12 +36,6 @@ if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0')
   local at = clock[1] .. string.sub(us, 1, 3)
   local lease = tonumber(ARGV[2])
   local ends = tonumber(at) + lease
-  -- A whole number of ms as digits, in two parts: string.format's %d is 32 bits on some
-  -- builds, and its %.0f costs several times more.
-  local function digits(ms)
-    local high = math.floor(ms / 1000000)
-    return string.format('%d%06d', high, ms - high * 1000000)
-  end
   redis.call('HSET', K_holders, owner,
     digits(ends) .. ' 1 ' .. clock[1] .. us .. ' ' .. at .. ' ' .. ARGV[3] .. ' ' .. attempt
     .. ' ' .. meta)
@@ -104,7 +98,7 @@ end
 local function register()
   redis.call('ZADD', K_queue, 'NX', now_us(), owner)
   redis.call('HSET', K_waiters, owner,
-    string.format('%.0f %d %d %s %s ', now() + wait_ms, lease, limit, attempt,
+    digits(now() + wait_ms) .. string.format(' %d %d %s %s ', lease, limit, attempt,
       fair and 'f' or '-') .. meta)
   for _, key in ipairs({K_queue, K_waiters}) do
     if redis.call('PTTL', key) < wait_ms then
