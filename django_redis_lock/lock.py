@@ -114,11 +114,12 @@ class Lock(LockHandle):
 
     def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
-            left = backend.release(self.name, owner, self._release_request(hold))
-        except LockError:
-            self._release_failed(owner, hold)
-            raise
-        self._released(owner, hold, left)
+            answer: int | LockError | None = backend.release(
+                self.name, owner, self._release_request(hold)
+            )
+        except LockError as error:
+            answer = error
+        self._answered(owner, hold, answer)
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the caller's lease (or, with ``replace``, set it); return it.

@@ -18,11 +18,12 @@ from typing import ParamSpec, TypeVar
 
 from ._core.aio import pending_cancels, raise_if_cancelled
 from ._core.decorating import held_while_awaited, held_while_called
+from ._core.holds import Hold
 from ._core.lock_arguments import LockOptions
 from ._core.multi import Failures, MultiLockBase
 from ._core.multi_steps import AtOnce, MultiStep, Reply, Take
 from ._core.steps import adrive, drive
-from .exceptions import LockError
+from .exceptions import LockError, LockNotOwnedError
 from .handler import locks
 from .lock import AsyncLock, Lock
 
@@ -85,8 +86,35 @@ class MultiLock(MultiLockBase[Lock]):
         names those the caller did not hold (never acquired, released, or lost), and any
         other error is raised.
         """
-        _, failures = _each(reversed(self._members), lambda member: member.release())
+        failures: Failures = [
+            (member.name, error) for member, _, error in self._release_all() if error is not None
+        ]
         self._raise_failures("release", failures)
+
+    def _release_all(self) -> list[tuple[Lock, Hold | None, LockError | None]]:
+        """Drop one hold of every name, last name first; return each member, its hold and
+        what its release met.
+
+        The releases go to the backend in one call: one round trip where it can.
+        """
+        backend, members = locks[self.using], list(reversed(self._members))
+        owners = [member._owner_token() for member in members]
+        holds = [member._before_release(backend, owners[i]) for i, member in enumerate(members)]
+        answers = backend.release_many(
+            [
+                (member.name, owner, member._release_request(hold))
+                for member, owner, hold in zip(members, owners, holds, strict=True)
+            ]
+        )
+        done: list[tuple[Lock, Hold | None, LockError | None]] = []
+        for member, owner, hold, answer in zip(members, owners, holds, answers, strict=True):
+            try:
+                member._answered(owner, hold, answer)
+            except LockError as error:
+                done.append((member, hold, error))
+            else:
+                done.append((member, hold, None))
+        return done
 
     def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Add ``seconds`` to the lease of every name (or set it); return the shortest.
@@ -139,7 +167,15 @@ class MultiLock(MultiLockBase[Lock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        lost = self._lost_in(_each(reversed(self._members), lambda member: member._leave())[1])
+        failures: Failures = []
+        for member, hold, error in self._release_all():
+            try:
+                if error is not None and not isinstance(error, LockNotOwnedError):
+                    raise error  # a lost hold is reported by _left(), as leaving a Lock does
+                member._left(hold, None)
+            except LockError as failure:
+                failures.append((member.name, failure))
+        lost = self._lost_in(failures)
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(lost)
 

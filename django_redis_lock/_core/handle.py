@@ -309,6 +309,13 @@ class LockHandle(LossReports):
         """Return what a release of ``hold`` (None: one this process did not record) asks."""
         return ReleaseRequest(holds=None if hold is None else hold.count, min_hold=self.min_hold)
 
+    def _answered(self, owner: str, hold: Hold | None, answer: int | LockError | None) -> None:
+        """Record a release's answer, or the error it met instead (then raised)."""
+        if isinstance(answer, LockError):
+            self._release_failed(owner, hold)
+            raise answer
+        self._released(owner, hold, answer)
+
     def _released(self, owner: str, hold: Hold | None, left: int | None) -> None:
         """Record what the backend's release answered; raise if the owner held nothing."""
         if hold is not None and (left is None or left == 0):

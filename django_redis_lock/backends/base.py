@@ -140,6 +140,24 @@ class BaseLockBackend(OptionRules):
         """
         raise NotImplementedError("subclasses of BaseLockBackend must provide a release() method")
 
+    def release_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        """Do each ``(name, owner, request)`` release, as :meth:`release` would.
+
+        Return, in order, each one's holds left, None where the owner held nothing, or the
+        :class:`LockError` it met (the others are done all the same). A backend that can
+        should make this one round trip (one server's releases in one pipeline); by default
+        the releases go one after another.
+        """
+        results: list[int | LockError | None] = []
+        for name, owner, request in releases:
+            try:
+                results.append(self.release(name, owner, request))
+            except LockError as error:
+                results.append(error)
+        return results
+
     def extend(
         self,
         name: str,

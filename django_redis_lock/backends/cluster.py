@@ -18,7 +18,15 @@ from typing import Any, ClassVar
 from ..exceptions import InvalidLockArgumentError, InvalidLockBackendError, LockError
 from ._redis.connections import VALKEY_SCHEMES, redact_url, secret_safe, sentinel_address
 from ._redis.protocol import seconds
-from .base import AcquireAllResult, AcquireRequest, LockInfo, Problem, WaiterInfo
+from .base import (
+    AcquireAllResult,
+    AcquireRequest,
+    BaseLockBackend,
+    LockInfo,
+    Problem,
+    ReleaseRequest,
+    WaiterInfo,
+)
 from .redis import RedisBackend
 
 __all__ = ["RedisClusterBackend"]
@@ -150,6 +158,12 @@ class RedisClusterBackend(RedisBackend):
             node = cluster.get_node_from_key(key)
             found.setdefault(node.name, (node, []))[1].append(index)
         return found
+
+    def release_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        # A multi-lock's names may live on several primaries: released one after another.
+        return BaseLockBackend.release_many(self, releases)
 
     # Renewal: one pipeline per primary ---------------------------------------------------------
 

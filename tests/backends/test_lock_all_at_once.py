@@ -14,7 +14,14 @@ import pytest
 import redis as redis_py
 from django.test import override_settings
 
-from django_redis_lock import BackendUnavailableError, LockLostError, lock, lock_all, locks
+from django_redis_lock import (
+    BackendUnavailableError,
+    LockLostError,
+    LockNotOwnedError,
+    lock,
+    lock_all,
+    locks,
+)
 from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually, in_thread, own_locks
@@ -146,3 +153,67 @@ def test_timed_out_lock_all__its_late_holds_are_withdrawn_and_a_retry_inherits_n
         multi.release()
         assert all(holders("default", name) == [] for name in NAMES)
         assert not multi.lost
+
+
+# Release: every name in one round trip ------------------------------------------------------
+
+
+def reads(client: redis_py.Redis) -> int:
+    """Return how many reads of client requests the server has made (``INFO stats``)."""
+    return int(client.info("stats")["total_reads_processed"])
+
+
+@pytest.mark.parametrize("leave", ["release", "with"])
+def test_release__every_name_in_one_round_trip(own_server: RedisServer, leave: str) -> None:
+    # The server reads one request for the three releases: the pipeline. (Reading INFO's own
+    # request is the one more; three releases one by one were three.)
+    with override_settings(LOCKS=own_locks(own_server, socket_timeout=5)):
+        with lock_all(["once:warm-up", "once:up"]):  # the server has the scripts now
+            pass
+        multi = lock_all(NAMES, ttl=30, auto_renew=False)
+        multi.__enter__()
+        stats = redis_py.Redis.from_url(own_server.url)
+        before = reads(stats)
+        if leave == "release":
+            multi.release()
+        else:
+            multi.__exit__(None, None, None)
+        assert reads(stats) - before == 2
+        stats.close()
+        assert all(holders("default", name) == [] for name in NAMES)
+        assert [member.fencing_token for member in multi.locks] == [None, None, None]
+
+
+def test_release__a_name_not_held_is_named_and_the_others_are_released(
+    own_server: RedisServer,
+) -> None:
+    with override_settings(LOCKS=own_locks(own_server, socket_timeout=5)):
+        multi = lock_all(NAMES, ttl=30)
+        assert multi.acquire()
+        locks["default"].force_release("once:b")
+        with pytest.raises(LockNotOwnedError, match=r"\['once:b'\]"):
+            multi.release()
+        assert all(holders("default", name) == [] for name in NAMES)
+        assert multi.lost
+
+
+def test_release__a_frozen_server_raises_and_every_name_is_freed_when_it_answers(
+    own_server: RedisServer,
+) -> None:
+    # The pipeline's replies never come: each name counts as released on this side, the
+    # error is raised, and the releases the server runs late (or their withdrawal) free
+    # every name; nobody is told it still holds one.
+    with override_settings(LOCKS=own_locks(own_server)):
+        with lock_all(["once:warm-up", "once:up"]):
+            pass
+        multi = lock_all(NAMES, ttl=30)
+        assert multi.acquire()
+        own_server.pause()
+        try:
+            with pytest.raises(BackendUnavailableError):
+                multi.release()
+        finally:
+            own_server.resume()
+        eventually(lambda: all(holders("default", n) == [] for n in NAMES), timeout=5)
+        assert all(member.fencing_token is None for member in multi.locks)
+        assert in_thread(lambda: lock_all(NAMES).acquire(blocking=False)) is True

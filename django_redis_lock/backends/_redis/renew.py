@@ -1,4 +1,5 @@
-"""Renewal on Redis: every lease a process holds on one server, in one pipeline."""
+"""Several locks of one Redis server in one round trip: the renewal of every lease a process
+holds there, and the release of a multi-lock's names."""
 
 from __future__ import annotations
 
@@ -6,17 +7,42 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...exceptions import LockError
+from .._requests import ReleaseRequest
 from .keys import RedisKeyspace
-from .protocol import extend_args, seconds
+from .protocol import count, extend_args, release_args, seconds
 from .scripts import Scripts
 
-__all__ = ["PipelinedRenewal"]
+__all__ = ["Pipelined"]
 
 
-class PipelinedRenewal(RedisKeyspace):
-    """Renew leases with the extend script, all of one server's in one round trip."""
+class Pipelined(RedisKeyspace):
+    """Renew leases (the extend script), or release names, all of one server's in one pipeline."""
 
     _scripts: Scripts
+    _fencing_arg: bytes
+
+    def wake(self, name: str, reply: Any) -> Any:
+        raise NotImplementedError("subclasses of Pipelined must provide a wake() method")
+
+    def release_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        # One pipeline of release scripts: one round trip, whatever the number of names. Each
+        # reply wakes the owners it handed its lock to (wake()); an error stands in its place.
+        calls = [
+            (self.script_keys("release", name), release_args(owner, request, self._fencing_arg))
+            for name, owner, request in releases
+        ]
+        try:
+            replies = self._scripts.run_many(self.client, "release", calls)
+        except self.family.error as exc:
+            return [self._unavailable(exc, name) for name, _, _ in releases]
+        return [
+            self._unavailable(reply, name)
+            if isinstance(reply, self.family.error)
+            else count(self.wake(name, reply))
+            for (name, _, _), reply in zip(releases, replies, strict=True)
+        ]
 
     def renew(
         self, leases: Sequence[tuple[str, str, float]]

@@ -104,9 +104,9 @@ class Scripts:
             return await command("EVAL", source(name), len(keys), *keys, *args)
 
     def run_many(
-        self, client: Any, name: str, calls: Sequence[tuple[str, Sequence[Any]]]
+        self, client: Any, name: str, calls: Sequence[tuple[str | Sequence[str], Sequence[Any]]]
     ) -> list[Any]:
-        """Run script ``name`` once per ``(key, args)``, in one pipeline on ``client``.
+        """Run script ``name`` once per ``(key or keys, args)``, in one pipeline on ``client``.
 
         Return the replies in order, an error in the place of a call that failed.
         """
@@ -114,7 +114,8 @@ class Scripts:
             pipe = client.pipeline(transaction=False)
             queue: Callable[..., Any] = pipe.execute_command
             for key, args in calls:
-                queue("EVALSHA", self.sha[name], 1, key, *args)
+                keys = [key] if isinstance(key, str) else key
+                queue("EVALSHA", self.sha[name], len(keys), *keys, *args)
             replies: list[Any] = pipe.execute(raise_on_error=False)
             if attempt == 0 and any(isinstance(r, self.no_script) for r in replies):
                 client.script_load(source(name))  # the server lost its scripts (a restart)

@@ -23,7 +23,7 @@ import redis.asyncio
 from ..base import AcquireRequest, AcquireResult
 from .loops import PerLoop
 from .protocol import acquire_args, acquired, send_together
-from .renew import PipelinedRenewal
+from .renew import Pipelined
 from .scripts import WAKE
 
 __all__ = ["ClaimOnWake"]
@@ -31,7 +31,7 @@ __all__ = ["ClaimOnWake"]
 logger = logging.getLogger("django_redis_lock")
 
 
-class ClaimOnWake(PipelinedRenewal):
+class ClaimOnWake(Pipelined):
     """The claim sent with the wait on a wake-up list; for :class:`RedisBackend`."""
 
     client: redis.Redis
