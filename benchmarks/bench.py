@@ -32,7 +32,10 @@ names:
 8. 1, 4 and 16 processes cycling ``rwlock``'s read side on one name, then a ``lock``, as in 3
    (``--contention-seconds``, ``--hold``) but counting the processes inside: read cycles per
    second, in total and per process, against the lock's and against no lock at all, the
-   most readers inside at once, and the Redis CPU per cycle (``readers.py``).
+   most readers inside at once, and the Redis CPU per cycle (``readers.py``);
+9. one Redis core's ceiling: 64 processes each cycling a lock of its own name, for
+   django-redis-lock and redis-py: cycles per second, how busy the server was, its CPU per
+   cycle, and the cycles per second one busy core would serve (``ceiling.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
@@ -53,6 +56,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+import ceiling
 import contention
 import footprint
 import handoff
@@ -124,6 +128,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             for case in contention.cases(PROCESSES)
         ]
         shared = readers.run(pool, client, readers.READERS, args.contention_seconds, args.hold)
+        core_ceiling = ceiling.run(pool, client, args.contention_seconds)
         handoffs = [handoff.run_contender(pool, c, args.handoffs) for c in handoff.CONTENDERS]
         listed = listing.curve(pool, url, listing_counts(args.listing_max), args.rounds)
     contention.add_ratios(contended)
@@ -141,6 +146,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
             "hold": args.hold,
             "processes": list(PROCESSES),
             "readers": list(readers.READERS),
+            "ceiling_processes": ceiling.PROCESSES,
             "handoffs": args.handoffs,
             "distinct": args.distinct,
             "renew_counts": list(RENEW_COUNTS),
@@ -150,6 +156,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         "server_time": server_time,
         "contention": contended,
         "readers": shared,
+        "ceiling": core_ceiling,
         "handoff": handoffs,
         "memory": {"distinct": distinct, "end": footprint.whole_run(client)},
         "renewal": renewal,

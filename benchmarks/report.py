@@ -7,6 +7,7 @@ import platform
 from importlib import metadata
 from typing import Any
 
+import ceiling
 import contention
 import footprint
 import handoff
@@ -219,6 +220,11 @@ def format_report(report: dict[str, Any]) -> str:
         f" counter, held {params['hold'] * 1e3:g} ms",
         "",
         readers.format_table(report["readers"]),
+        "",
+        f"9. One Redis core's ceiling: {params['ceiling_processes']} processes, each cycling"
+        f" acquire+release on a name of its own for {params['contention_seconds']:g} s",
+        "",
+        ceiling.format_table(report["ceiling"]),
         "",
         "Targets (django-redis-lock)",
         "",
