@@ -275,17 +275,19 @@ class AsyncLock(LockHandle):
         try:
             left = await backend.arelease(self.name, owner, self._release_request(hold))
         except asyncio.CancelledError:
-            if hold is None:
-                raise
-            # Cancelled mid-release: finish the release whatever its reply would have said.
-            left = hold.count - 1
-            try:
-                left = await finish(backend.awithdraw(self.name, owner, left, hold.attempt))
-            except LockError:
-                self._release_failed(owner, hold)
-                raise
-            self._released(owner, hold, left)
+            if hold is not None:
+                await self._finish_release(backend, owner, hold)
             raise
+        except LockError:
+            self._release_failed(owner, hold)
+            raise
+        self._released(owner, hold, left)
+
+    async def _finish_release(self, backend: BaseLockBackend, owner: str, hold: Hold) -> None:
+        """Finish a release cancelled mid-way, whatever its reply would have said."""
+        left = hold.count - 1
+        try:
+            left = await finish(backend.awithdraw(self.name, owner, left, hold.attempt))
         except LockError:
             self._release_failed(owner, hold)
             raise

@@ -251,8 +251,43 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
 
     async def release(self) -> None:
         """Drop one hold of every name; see :meth:`.MultiLock.release`."""
-        _, failures = await _aeach(reversed(self._members), lambda member: member.release())
+        failures: Failures = [
+            (member.name, error)
+            for member, _, error in await self._release_all()
+            if error is not None
+        ]
         self._raise_failures("release", failures)
+
+    async def _release_all(self) -> list[tuple[AsyncLock, Hold | None, BaseException | None]]:
+        """Do what :meth:`.MultiLock._release_all` does, awaited.
+
+        A task cancelled meanwhile finishes every name's release all the same (as an
+        AsyncLock does its own), and each name's entry carries the cancellation.
+        """
+        backend, members = locks[self.using], list(reversed(self._members))
+        owners = [member._owner_token() for member in members]
+        holds = [member._before_release(backend, owners[i]) for i, member in enumerate(members)]
+        requests = [
+            (member.name, owner, member._release_request(hold))
+            for member, owner, hold in zip(members, owners, holds, strict=True)
+        ]
+        cancelled: asyncio.CancelledError | None = None
+        try:
+            answers: list[int | LockError | None] = await backend.arelease_many(requests)
+        except asyncio.CancelledError as error:
+            cancelled, answers = error, [None] * len(members)
+        done: list[tuple[AsyncLock, Hold | None, BaseException | None]] = []
+        for member, owner, hold, answer in zip(members, owners, holds, answers, strict=True):
+            try:
+                if cancelled is None:
+                    member._answered(owner, hold, answer)
+                elif hold is not None:
+                    await member._finish_release(backend, owner, hold)
+            except LockError as error:
+                done.append((member, hold, error))
+            else:
+                done.append((member, hold, cancelled))
+        return done
 
     async def extend(self, seconds: float, *, replace: bool = False) -> float:
         """Extend the lease of every name; return the shortest. See :meth:`.MultiLock.extend`."""
@@ -296,7 +331,14 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        _, failures = await _aeach(reversed(self._members), lambda member: member._leave())
+        failures: Failures = []
+        for member, hold, error in await self._release_all():
+            try:
+                if error is not None and not isinstance(error, LockNotOwnedError):
+                    raise error  # a lost hold is reported by _left(), as leaving an AsyncLock
+                member._left(hold, None)
+            except (LockError, asyncio.CancelledError) as failure:
+                failures.append((member.name, failure))
         lost = self._lost_in(failures)
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(lost)

@@ -315,6 +315,12 @@ class BaseLockBackend(OptionRules):
         """Do what :meth:`release` does, without blocking the event loop."""
         return await sync_to_async(self.release, thread_sensitive=False)(name, owner, request)
 
+    async def arelease_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        """Do what :meth:`release_many` does, without blocking the event loop."""
+        return await sync_to_async(self.release_many, thread_sensitive=False)(releases)
+
     async def aextend(
         self,
         name: str,

@@ -165,6 +165,11 @@ class RedisClusterBackend(RedisBackend):
         # A multi-lock's names may live on several primaries: released one after another.
         return BaseLockBackend.release_many(self, releases)
 
+    async def arelease_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        return await BaseLockBackend.arelease_many(self, releases)
+
     # Renewal: one pipeline per primary ---------------------------------------------------------
 
     def server_of(self, name: str) -> object:

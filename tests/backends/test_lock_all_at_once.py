@@ -8,6 +8,7 @@ in order, waiting (tests/contract/test_lock_all_contract.py). Cluster: test_clus
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -18,6 +19,7 @@ from django_redis_lock import (
     BackendUnavailableError,
     LockLostError,
     LockNotOwnedError,
+    alock_all,
     lock,
     lock_all,
     locks,
@@ -217,3 +219,56 @@ def test_release__a_frozen_server_raises_and_every_name_is_freed_when_it_answers
         eventually(lambda: all(holders("default", n) == [] for n in NAMES), timeout=5)
         assert all(member.fencing_token is None for member in multi.locks)
         assert in_thread(lambda: lock_all(NAMES).acquire(blocking=False)) is True
+
+
+@pytest.mark.parametrize("leave", ["release", "with"])
+async def test_arelease__every_name_in_one_round_trip(own_server: RedisServer, leave: str) -> None:
+    with override_settings(LOCKS=own_locks(own_server, socket_timeout=5)):
+        async with alock_all(["once:warm-up", "once:up"]):  # the server has the scripts now
+            pass
+        multi = alock_all(NAMES, ttl=30, auto_renew=False)
+        await multi.__aenter__()
+        stats = redis_py.Redis.from_url(own_server.url)
+        before = reads(stats)
+        if leave == "release":
+            await multi.release()
+        else:
+            await multi.__aexit__(None, None, None)
+        assert reads(stats) - before == 2
+        stats.close()
+        assert all(holders("default", name) == [] for name in NAMES)
+        assert [member.fencing_token for member in multi.locks] == [None, None, None]
+
+
+async def test_arelease__cancelled_on_a_frozen_server_still_frees_every_name(
+    own_server: RedisServer,
+) -> None:
+    # The task is cancelled while the pipeline's replies are awaited: every name's release
+    # is finished all the same once the server answers (as an alock's is), and the task
+    # ends cancelled.
+    with override_settings(LOCKS=own_locks(own_server, socket_timeout=5)):
+        async with alock_all(["once:warm-up", "once:up"]):
+            pass
+        multi = alock_all(NAMES, ttl=30)
+        acquired, go = asyncio.Event(), asyncio.Event()
+
+        async def hold_then_release() -> None:  # the owner is this task
+            assert await multi.acquire()
+            acquired.set()
+            await go.wait()
+            await multi.release()
+
+        task = asyncio.create_task(hold_then_release())
+        await acquired.wait()
+        own_server.pause()
+        try:
+            go.set()
+            await asyncio.sleep(0.3)  # the releases are sent; their replies wait
+            task.cancel()
+            await asyncio.sleep(0.1)
+        finally:
+            own_server.resume()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert all(holders("default", name) == [] for name in NAMES)
+        assert not multi.lost

@@ -6,9 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+import redis.asyncio
+
 from ...exceptions import LockError
 from .._requests import ReleaseRequest
 from .keys import RedisKeyspace
+from .loops import PerLoop
 from .protocol import count, extend_args, release_args, seconds
 from .scripts import Scripts
 
@@ -21,20 +25,21 @@ class Pipelined(RedisKeyspace):
     _scripts: Scripts
     _fencing_arg: bytes
 
+    _async_clients: PerLoop[redis.asyncio.Redis]
+
     def wake(self, name: str, reply: Any) -> Any:
         raise NotImplementedError("subclasses of Pipelined must provide a wake() method")
+
+    async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
+        raise NotImplementedError("subclasses of Pipelined must provide an awake() method")
 
     def release_many(
         self, releases: Sequence[tuple[str, str, ReleaseRequest]]
     ) -> list[int | LockError | None]:
         # One pipeline of release scripts: one round trip, whatever the number of names. Each
         # reply wakes the owners it handed its lock to (wake()); an error stands in its place.
-        calls = [
-            (self.script_keys("release", name), release_args(owner, request, self._fencing_arg))
-            for name, owner, request in releases
-        ]
         try:
-            replies = self._scripts.run_many(self.client, "release", calls)
+            replies = self._scripts.run_many(self.client, "release", self._releases(releases))
         except self.family.error as exc:
             return [self._unavailable(exc, name) for name, _, _ in releases]
         return [
@@ -42,6 +47,32 @@ class Pipelined(RedisKeyspace):
             if isinstance(reply, self.family.error)
             else count(self.wake(name, reply))
             for (name, _, _), reply in zip(releases, replies, strict=True)
+        ]
+
+    async def arelease_many(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[int | LockError | None]:
+        # release_many() on the running event loop's own client.
+        client = await self._async_clients.get()
+        try:
+            replies = await self._scripts.arun_many(client, "release", self._releases(releases))
+        except self.family.error as exc:
+            return [self._unavailable(exc, name) for name, _, _ in releases]
+        answers: list[int | LockError | None] = []
+        for (name, _, _), reply in zip(releases, replies, strict=True):
+            if isinstance(reply, self.family.error):
+                answers.append(self._unavailable(reply, name))
+            else:
+                answers.append(count(await self.awake(name, reply, client)))
+        return answers
+
+    def _releases(
+        self, releases: Sequence[tuple[str, str, ReleaseRequest]]
+    ) -> list[tuple[list[str], list[Any]]]:
+        # The release script's keys and arguments for each release.
+        return [
+            (self.script_keys("release", name), release_args(owner, request, self._fencing_arg))
+            for name, owner, request in releases
         ]
 
     def renew(

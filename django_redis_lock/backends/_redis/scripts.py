@@ -110,15 +110,31 @@ class Scripts:
 
         Return the replies in order, an error in the place of a call that failed.
         """
-        for attempt in range(2):
-            pipe = client.pipeline(transaction=False)
-            queue: Callable[..., Any] = pipe.execute_command
-            for key, args in calls:
-                keys = [key] if isinstance(key, str) else key
-                queue("EVALSHA", self.sha[name], len(keys), *keys, *args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-            if attempt == 0 and any(isinstance(r, self.no_script) for r in replies):
-                client.script_load(source(name))  # the server lost its scripts (a restart)
-                continue
-            break
+        replies: list[Any] = self._pipeline(client, name, calls).execute(raise_on_error=False)
+        if any(isinstance(reply, self.no_script) for reply in replies):
+            client.script_load(source(name))  # the server lost its scripts (a restart)
+            replies = self._pipeline(client, name, calls).execute(raise_on_error=False)
         return replies
+
+    async def arun_many(
+        self, client: Any, name: str, calls: Sequence[tuple[str | Sequence[str], Sequence[Any]]]
+    ) -> list[Any]:
+        """Do what :meth:`run_many` does, through an asyncio ``client``."""
+        replies: list[Any] = await self._pipeline(client, name, calls).execute(
+            raise_on_error=False
+        )
+        if any(isinstance(reply, self.no_script) for reply in replies):
+            await client.script_load(source(name))  # the server lost its scripts (a restart)
+            replies = await self._pipeline(client, name, calls).execute(raise_on_error=False)
+        return replies
+
+    def _pipeline(
+        self, client: Any, name: str, calls: Sequence[tuple[str | Sequence[str], Sequence[Any]]]
+    ) -> Any:
+        # A pipeline of ``client`` with script ``name`` queued once per call. (A server that
+        # lost the script answers NOSCRIPT to every call of it: none ran.)
+        pipe = client.pipeline(transaction=False)
+        for key, args in calls:
+            keys = [key] if isinstance(key, str) else key
+            pipe.execute_command("EVALSHA", self.sha[name], len(keys), *keys, *args)
+        return pipe
