@@ -9,6 +9,7 @@ in order, waiting (tests/contract/test_lock_all_contract.py). Cluster: test_clus
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -24,7 +25,8 @@ from django_redis_lock import (
     lock_all,
     locks,
 )
-from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest
+from django_redis_lock._core.owner import new_attempt
+from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest, holder_metadata
 from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually, in_thread, own_locks
 
@@ -72,6 +74,28 @@ def test_acquire_all__a_name_held_by_another_owner_takes_nothing(using: str) -> 
     assert 29 < result.retry_after <= 30
     assert [holders(using, name) for name in NAMES] == [[], [], [("other", 1)]]
     backend.force_release("once:c")
+
+
+def test_acquire_all__an_earlier_attempt_run_late_takes_nothing_from_a_later_one() -> None:
+    # As for acquire (test_redis_backend.py): a lock_all that timed out may reach the server
+    # after its owner's next one took the names; the withdrawals owed for it come after it,
+    # and must leave the later holds alone.
+    backend = locks["default"]
+    earlier, later = new_attempt(), new_attempt()
+    request = AcquireRequest(
+        ttl=30, metadata=holder_metadata(host="h", pid=1, thread="t"), attempt=later
+    )
+    taken = backend.acquire_all(NAMES, "owner", request, [0, 0, 0])
+    assert taken is not None
+    assert taken.acquired
+    late = backend.acquire_all(
+        NAMES, "owner", dataclasses.replace(request, attempt=earlier), [0, 0, 0]
+    )
+    assert late is not None
+    assert not late.acquired
+    for name in NAMES:
+        backend.withdraw(name, "owner", 0, earlier)
+    assert [backend.release(name, "owner", ReleaseRequest(holds=1)) for name in NAMES] == [0, 0, 0]
 
 
 @pytest.mark.parametrize("using", ["default", "locmem"])

@@ -34,7 +34,12 @@ for i = 1, locks do
   if redis.call('EXISTS', K_withdrawn) == 1 then
     return {-1, i}
   end
-  local ends, _, _, _, _, _, held_limit = live(owner)
+  local ends, _, _, _, held_attempt, _, held_limit = live(owner)
+  if ends and later(held_attempt, attempt) then
+    -- A try that reaches the server after a later attempt of its owner took this lock (as in
+    -- acquire.lua): it takes nothing, so that its withdrawal leaves the later hold alone.
+    return {0, i, ends - now()}
+  end
   if ends then
     if held_limit ~= 1 then
       return {-1, i}
