@@ -8,6 +8,15 @@
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended); with the owners handed the lock, if any (reply()).
 local owner = ARGV[1]
+if ARGV[3] == '1' and ARGV[4] == '0' then
+  -- The owner's last hold, no min_hold (the common case): a lone holder with nobody waiting is
+  -- freed without reading its record.
+  local fields = redis.call('HRANDFIELD', K_holders, 2)
+  if #fields == 1 and fields[1] == owner and redis.call('EXISTS', K_queue) == 0 then
+    redis.call('DEL', K_holders)
+    return 0
+  end
+end
 -- Two fields at most: enough to tell a lone holder (the common case) from a semaphore's.
 local sample = redis.call('HRANDFIELD', K_holders, 2, 'WITHVALUES')
 local text
