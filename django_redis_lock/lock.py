@@ -273,15 +273,16 @@ class AsyncLock(LockHandle):
 
     async def _release(self, backend: BaseLockBackend, owner: str, hold: Hold | None) -> None:
         try:
-            left = await backend.arelease(self.name, owner, self._release_request(hold))
+            answer: int | LockError | None = await backend.arelease(
+                self.name, owner, self._release_request(hold)
+            )
         except asyncio.CancelledError:
             if hold is not None:
                 await self._finish_release(backend, owner, hold)
             raise
-        except LockError:
-            self._release_failed(owner, hold)
-            raise
-        self._released(owner, hold, left)
+        except LockError as error:
+            answer = error
+        self._answered(owner, hold, answer)
 
     async def _finish_release(self, backend: BaseLockBackend, owner: str, hold: Hold) -> None:
         """Finish a release cancelled mid-way, whatever its reply would have said."""

@@ -23,7 +23,7 @@ from ._core.lock_arguments import LockOptions
 from ._core.multi import Failures, MultiLockBase
 from ._core.multi_steps import AtOnce, MultiStep, Reply, Take
 from ._core.steps import adrive, drive
-from .exceptions import LockError, LockNotOwnedError
+from .exceptions import LockError
 from .handler import locks
 from .lock import AsyncLock, Lock
 
@@ -86,28 +86,19 @@ class MultiLock(MultiLockBase[Lock]):
         names those the caller did not hold (never acquired, released, or lost), and any
         other error is raised.
         """
-        failures: Failures = [
-            (member.name, error) for member, _, error in self._release_all() if error is not None
-        ]
-        self._raise_failures("release", failures)
+        self._raise_failures("release", self._release_failures(self._release_all()))
 
-    def _release_all(self) -> list[tuple[Lock, Hold | None, LockError | None]]:
+    def _release_all(self) -> list[tuple[Lock, Hold | None, BaseException | None]]:
         """Drop one hold of every name, last name first; return each member, its hold and
         what its release met.
 
         The releases go to the backend in one call: one round trip where it can.
         """
-        backend, members = locks[self.using], list(reversed(self._members))
-        owners = [member._owner_token() for member in members]
-        holds = [member._before_release(backend, owners[i]) for i, member in enumerate(members)]
-        answers = backend.release_many(
-            [
-                (member.name, owner, member._release_request(hold))
-                for member, owner, hold in zip(members, owners, holds, strict=True)
-            ]
-        )
-        done: list[tuple[Lock, Hold | None, LockError | None]] = []
-        for member, owner, hold, answer in zip(members, owners, holds, answers, strict=True):
+        backend = locks[self.using]
+        prepared = self._prepared_releases(backend)
+        answers = backend.release_many(self._release_requests(prepared))
+        done: list[tuple[Lock, Hold | None, BaseException | None]] = []
+        for (member, owner, hold), answer in zip(prepared, answers, strict=True):
             try:
                 member._answered(owner, hold, answer)
             except LockError as error:
@@ -167,15 +158,7 @@ class MultiLock(MultiLockBase[Lock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        failures: Failures = []
-        for member, hold, error in self._release_all():
-            try:
-                if error is not None and not isinstance(error, LockNotOwnedError):
-                    raise error  # a lost hold is reported by _left(), as leaving a Lock does
-                member._left(hold, None)
-            except LockError as failure:
-                failures.append((member.name, failure))
-        lost = self._lost_in(failures)
+        lost = self._lost_in(self._leave_failures(self._release_all()))
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(lost)
 
@@ -251,12 +234,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
 
     async def release(self) -> None:
         """Drop one hold of every name; see :meth:`.MultiLock.release`."""
-        failures: Failures = [
-            (member.name, error)
-            for member, _, error in await self._release_all()
-            if error is not None
-        ]
-        self._raise_failures("release", failures)
+        self._raise_failures("release", self._release_failures(await self._release_all()))
 
     async def _release_all(self) -> list[tuple[AsyncLock, Hold | None, BaseException | None]]:
         """Do what :meth:`.MultiLock._release_all` does, awaited.
@@ -264,20 +242,15 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         A task cancelled meanwhile finishes every name's release all the same (as an
         AsyncLock does its own), and each name's entry carries the cancellation.
         """
-        backend, members = locks[self.using], list(reversed(self._members))
-        owners = [member._owner_token() for member in members]
-        holds = [member._before_release(backend, owners[i]) for i, member in enumerate(members)]
-        requests = [
-            (member.name, owner, member._release_request(hold))
-            for member, owner, hold in zip(members, owners, holds, strict=True)
-        ]
+        backend = locks[self.using]
+        prepared = self._prepared_releases(backend)
         cancelled: asyncio.CancelledError | None = None
         try:
-            answers: list[int | LockError | None] = await backend.arelease_many(requests)
+            answers = await backend.arelease_many(self._release_requests(prepared))
         except asyncio.CancelledError as error:
-            cancelled, answers = error, [None] * len(members)
+            cancelled, answers = error, [None] * len(prepared)
         done: list[tuple[AsyncLock, Hold | None, BaseException | None]] = []
-        for member, owner, hold, answer in zip(members, owners, holds, answers, strict=True):
+        for (member, owner, hold), answer in zip(prepared, answers, strict=True):
             try:
                 if cancelled is None:
                     member._answered(owner, hold, answer)
@@ -331,15 +304,7 @@ class AsyncMultiLock(MultiLockBase[AsyncLock]):
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        failures: Failures = []
-        for member, hold, error in await self._release_all():
-            try:
-                if error is not None and not isinstance(error, LockNotOwnedError):
-                    raise error  # a lost hold is reported by _left(), as leaving an AsyncLock
-                member._left(hold, None)
-            except (LockError, asyncio.CancelledError) as failure:
-                failures.append((member.name, failure))
-        lost = self._lost_in(failures)
+        lost = self._lost_in(self._leave_failures(await self._release_all()))
         if lost and exc is None and self.raise_on_lost:
             raise self._lost_error(lost)
 

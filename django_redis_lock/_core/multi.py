@@ -8,6 +8,7 @@ for the first name lost), and says what an action on every name met.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from collections.abc import Iterable
@@ -27,6 +28,9 @@ from .validation import validate_flag, validate_names, validate_on_lost
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ..backends.base import BaseLockBackend, ReleaseRequest
+    from .holds import Hold
 
 __all__ = ["Failures", "MultiLockBase"]
 
@@ -97,6 +101,48 @@ class MultiLockBase(AllOrNothing[H]):
             taken = {self._bound.get(hold) for hold in list(member._lost.values())}
         told = [acquisition.tell() for acquisition in taken if acquisition is not None]
         return self.on_lost(self) if any(told) and self.on_lost is not None else None
+
+    def _prepared_releases(self, backend: BaseLockBackend) -> list[tuple[H, str, Hold | None]]:
+        """Return every member, last name first, with its owner and the hold it is to drop.
+
+        Each hold's renewal is stopped first, as a release of one lock does.
+        """
+        prepared = []
+        for member in reversed(self._members):
+            owner = member._owner_token()
+            prepared.append((member, owner, member._before_release(backend, owner)))
+        return prepared
+
+    @staticmethod
+    def _release_requests(
+        prepared: list[tuple[H, str, Hold | None]],
+    ) -> list[tuple[str, str, ReleaseRequest]]:
+        """Return the backend's ``release_many`` requests for ``prepared`` releases."""
+        return [
+            (member.name, owner, member._release_request(hold)) for member, owner, hold in prepared
+        ]
+
+    @staticmethod
+    def _release_failures(released: list[tuple[H, Hold | None, BaseException | None]]) -> Failures:
+        """Return what the releases of ``released`` (member, hold, error) met."""
+        return [(member.name, error) for member, _, error in released if error is not None]
+
+    @staticmethod
+    def _leave_failures(released: list[tuple[H, Hold | None, BaseException | None]]) -> Failures:
+        """Leave every name as leaving a lock's block does, after its release; return failures.
+
+        A name its owner no longer held is reported by ``_left()`` as a lost hold; any other
+        error of its release (a cancellation too) is a failure of its own.
+        """
+        failures: Failures = []
+        for member, hold, error in released:
+            try:
+                if error is not None and not isinstance(error, LockNotOwnedError):
+                    raise error
+                member._left(hold, None)
+            except (LockError, asyncio.CancelledError) as failure:
+                failures.append((member.name, failure))
+        return failures
 
     def _not_acquired(self, refused: str) -> LockNotAcquiredError:
         first = self._members[0]
