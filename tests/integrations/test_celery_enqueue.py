@@ -188,7 +188,14 @@ def test_skip__sends_at_the_same_moment_from_many_threads__one_message(w: dict[s
 
     def send(n: int) -> str:
         barrier.wait()
-        return str(app.sync_once.apply_async((14, n), queue=idle(w)).id)
+        try:
+            return str(app.sync_once.apply_async((14, n), queue=idle(w)).id)
+        finally:
+            # Celery's result backend is one per thread, and a send subscribes it to the
+            # task's result: close this thread's before the thread ends.
+            backend = app.app.backend
+            backend.result_consumer.stop()
+            backend.client.connection_pool.disconnect()
 
     with ThreadPoolExecutor(10) as pool:
         ids = list(pool.map(send, range(10)))
