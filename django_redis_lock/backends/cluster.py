@@ -111,12 +111,13 @@ class RedisClusterBackend(RedisBackend):
 
     def _wait_then_claim(
         self, name: str, owner: str, window: float, args: list[Any], attempt: str
-    ) -> Any:
+    ) -> tuple[Any, Any]:
         # The cluster's pipeline finds the primary of the lock's slot and follows redirections.
         pipe: Any = self.client.pipeline(transaction=False)
         for command in self._wait_commands(name, owner, window, args, attempt):
             pipe.execute_command(*command)
-        return pipe.execute(raise_on_error=False)[1]
+        call, reply = pipe.execute(raise_on_error=False)
+        return call, reply
 
     def close(self) -> None:
         self.client.close()

@@ -7,6 +7,7 @@ is atomic and costs one round trip. See ``_redis/lua/`` for the key layout.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -43,7 +44,6 @@ from ._redis.protocol import (
     acquired_all,
     count,
     extend_args,
-    granted,
     ms,
     release_args,
     seconds,
@@ -222,32 +222,29 @@ class RedisBackend(ClaimOnWake):
 
     def _run(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. ``keys``
-        # are every key the script touches (script_keys()); the owners a script handed the
-        # lock to are woken here (wake()).
+        # are every key the script touches (script_keys()).
         try:
-            reply = self._scripts.run(self.client.execute_command, script, keys, args)
+            return self._scripts.run(self.client.execute_command, script, keys, args)
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
-        return self.wake(name, reply)
 
     async def _arun(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
         # _run() on the running event loop's own client.
         client = await self._async_clients.get()
         try:
-            reply = await self._scripts.arun(client.execute_command, script, keys, args)
+            return await self._scripts.arun(client.execute_command, script, keys, args)
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
-        return await self.awake(name, reply, client)
 
     # Primitives ------------------------------------------------------------------------------
 
     def acquire(self, name: str, owner: str, request: AcquireRequest) -> AcquireResult:
         args = acquire_args(owner, request, self._fencing_arg)
-        keys = self.script_keys("acquire", name, owner, request.attempt)
+        keys = self.script_keys("acquire", name, request.attempt)
         if self.wait_replicas:
             sha = self._scripts.sha["acquire"]
             reply, acks = self._replicated(name, "EVALSHA", sha, len(keys), *keys, *args)
-            return self._durable(name, owner, acquired(self.wake(name, reply)), acks)
+            return self._durable(name, owner, acquired(reply), acks)
         return acquired(self._run("acquire", name, args, keys))
 
     def acquire_all(
@@ -281,19 +278,23 @@ class RedisBackend(ClaimOnWake):
         return seconds(self._run("ttl", name, [owner or ""], self.script_keys("ttl", name)))
 
     def wait(self, name: str, owner: str, timeout: float) -> Grant | None:
-        # BLPOP on the owner's own wake-up list: a release that hands the lock over pushes
-        # to it, so this returns within a round trip of the release, holding the lock.
-        window = min(timeout, self.max_wait)
-        if window < 0.001:
-            return None
-        key = self.key(name, f"s:{owner}")
-        if self.wait_replicas:
-            reply, acks = self._replicated(name, "BLPOP", key, f"{window:.3f}")
-            grant = granted(reply)
-            return grant if grant is None else self._durable(name, owner, grant, acks)
-        command: Callable[..., Any] = self.client.execute_command
-        with self._errors(name):
-            return granted(command("BLPOP", key, f"{window:.3f}"))
+        # BLPOP on the owner's wake-up lists: a release that hands the lock over pushes the
+        # owner's call, so this returns within a round trip of the release, holding the lock.
+        deadline = time.monotonic() + min(timeout, self.max_wait)
+        while (window := deadline - time.monotonic()) >= 0.001:
+            command = ("BLPOP", *self.wait_keys(name, owner), f"{window:.3f}")
+            if self.wait_replicas:
+                reply, acks = self._replicated(name, *command)
+            else:
+                send: Callable[..., Any] = self.client.execute_command
+                with self._errors(name):
+                    reply, acks = send(*command), 0
+            if reply is None:
+                return None
+            grant = self.pass_on(name, owner, reply)
+            if grant is not None:
+                return self._durable(name, owner, grant, acks)
+        return None
 
     # wait_replicas: each acquire, then WAIT, on one connection -----------------------------
 
@@ -310,7 +311,7 @@ class RedisBackend(ClaimOnWake):
         raise unreplicated(name, acks, self.wait_replicas, self.wait_replicas_timeout)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        keys = self.script_keys("withdraw", name, owner, attempt)
+        keys = self.script_keys("withdraw", name, attempt)
         return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt], keys))
 
     # The same primitives on the running event loop's asyncio client -------------------------
@@ -319,7 +320,7 @@ class RedisBackend(ClaimOnWake):
         if self.wait_replicas:  # WAIT needs the writing connection: the blocking path, offloaded
             return await super().aacquire(name, owner, request)
         args = acquire_args(owner, request, self._fencing_arg)
-        keys = self.script_keys("acquire", name, owner, request.attempt)
+        keys = self.script_keys("acquire", name, request.attempt)
         return acquired(await self._arun("acquire", name, args, keys))
 
     async def aacquire_all(
@@ -354,19 +355,23 @@ class RedisBackend(ClaimOnWake):
         return seconds(await self._arun("ttl", name, [owner or ""], keys))
 
     async def await_grant(self, name: str, owner: str, timeout: float) -> Grant | None:
-        window = min(timeout, self.max_wait)
-        if window < 0.001:
-            return None
         if self.wait_replicas:
             return await super().await_grant(name, owner, timeout)
-        key = self.key(name, f"s:{owner}")
-        command: Callable[..., Any] = (await self._async_clients.get()).execute_command
-        with self._errors(name):
-            return granted(await command("BLPOP", key, f"{window:.3f}"))
+        client = await self._async_clients.get()
+        deadline = time.monotonic() + min(timeout, self.max_wait)
+        while (window := deadline - time.monotonic()) >= 0.001:
+            with self._errors(name):
+                reply = await client.blpop(list(self.wait_keys(name, owner)), window)
+            if reply is None:
+                return None
+            grant = await self.apass_on(name, owner, reply, client)
+            if grant is not None:
+                return grant
+        return None
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         args = [owner, holds, self._fencing_arg, attempt]
-        keys = self.script_keys("withdraw", name, owner, attempt)
+        keys = self.script_keys("withdraw", name, attempt)
         return int(await self._arun("withdraw", name, args, keys))
 
     async def aclose(self) -> None:

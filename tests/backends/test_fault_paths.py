@@ -29,13 +29,12 @@ from django_redis_lock import (
     lock,
     locks,
 )
-from django_redis_lock.backends._redis.protocol import release_args
-from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest
+from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.backends.redis import RedisBackend
 from django_redis_lock.signals import lock_lost
 from django_redis_lock.testing import RedisServer
 from tests.support import fault_workers
-from tests.support.helpers import SlowLink, eventually, own_locks
+from tests.support.helpers import SlowLink, blocked_clients, eventually, own_locks
 
 pytestmark = pytest.mark.slow
 
@@ -451,36 +450,42 @@ def test_lease_shorter_than_the_round_trip__refused_instead_of_retried_forever(
     eventually(lambda: not raw_redis.exists(f"{prefix}:{{=short}}:h"))
 
 
-# 5. A release whose client dies before it wakes the owner handed the lock --------------------
+# 5. A wake-up call taken by a waiter that dies before passing it on ----------------------------
 
 
 def test_a_lost_wake_up_call_costs_the_waiter_time_never_a_second_holder(
     raw_redis: redis_py.Redis,
 ) -> None:
-    """The release script hands the lock to a waiting owner and returns it; the client that ran
-    it is cut off before it pushes the wake-up call. The grant ends unclaimed, another owner
-    takes the lock, and the waiter, whose wait ends unwoken, takes it only at that release."""
+    """The release hands the lock to the waiting owner and pushes its wake-up call; the server
+    gives the call to another waiter, blocked longer, that dies before passing it on. The grant
+    ends unclaimed, another owner takes the lock, and the waiter, whose wait ends unwoken,
+    takes it only at that release."""
     name = "faults:unwoken"
     backend = locks["default"]
     assert isinstance(backend, RedisBackend)
     assert backend.acquire(name, "holder", AcquireRequest(ttl=30)).acquired
     inside: list[list[str]] = []
     taken: list[bool] = []
+    # The waiter that dies with the call: blocked on the wake-ups list before the owner is.
+    thief, before = raw_redis.connection_pool.get_connection(), blocked_clients(raw_redis)
+    try:
+        thief.send_command("BLPOP", backend.key(name, "s"), 30)
+        eventually(lambda: blocked_clients(raw_redis) == before + 1)
 
-    def wait() -> None:
-        with lock(name, timeout=30) as waiter:
-            taken.append(waiter.fencing_token is not None)
-            inside.append(holders_of(backend, name))
+        def wait() -> None:
+            with lock(name, timeout=30) as waiter:
+                taken.append(waiter.fencing_token is not None)
+                inside.append(holders_of(backend, name))
 
-    waiter = threading.Thread(target=wait)
-    waiter.start()
-    eventually(lambda: int(raw_redis.zcard(backend.key(name, "q"))) == 1)
-    # The release as its client sends it, without the wake-up push that follows the reply.
-    keys = backend.script_keys("release", name)
-    backend._scripts.load(backend.client, "release")
-    args = release_args("holder", ReleaseRequest(), backend._fencing_arg)
-    reply = raw_redis.evalsha(backend._scripts.sha["release"], len(keys), *keys, *args)
-    assert reply[0] == b"wake", "the release handed the lock to nobody"
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        eventually(lambda: blocked_clients(raw_redis) == before + 2)
+        backend.release(name, "holder")
+        call = thief.read_response()
+    finally:
+        thief.disconnect()
+    assert call is not None, "the thief was given a call"
+    assert not call[1].endswith(b" holder"), "the waiter's call, taken"
     eventually(lambda: holders_of(backend, name) == [], timeout=5)  # the grant ended unclaimed
     assert backend.acquire(name, "other", AcquireRequest(ttl=30)).acquired
     time.sleep(backend.max_wait + 0.5)  # the waiter's wait ended, unwoken: it claims, and waits

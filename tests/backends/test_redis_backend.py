@@ -17,7 +17,7 @@ from django_redis_lock.backends._redis import protocol
 from django_redis_lock.backends.base import AcquireRequest, ReleaseRequest, holder_metadata
 from django_redis_lock.backends.redis import RedisBackend, redact_url
 from django_redis_lock.testing import RedisServer
-from tests.support.helpers import eventually
+from tests.support.helpers import blocked_clients, eventually
 
 
 def keys_of(client: redis_py.Redis, prefix: str) -> list[str]:
@@ -138,10 +138,6 @@ def test_renew__reloads_its_script_after_script_flush(raw_redis: redis_py.Redis)
         assert backend.renew([("renew-after-flush", owner, 20)]) == [20.0]
         raw_redis.script_flush()  # as a restarted server would have no scripts
         assert backend.renew([("renew-after-flush", owner, 30)]) == [30.0]
-
-
-def blocked_clients(client: redis_py.Redis) -> int:
-    return int(client.info("clients")["blocked_clients"])
 
 
 def test_wait_and_claim__claims_when_the_server_lost_its_scripts_meanwhile(

@@ -261,3 +261,8 @@ def own_locks(server: Any, **options: Any) -> dict[str, Any]:
             "OPTIONS": {"url": server.url, "socket_timeout": 0.5, **options},
         }
     }
+
+
+def blocked_clients(client: Any) -> int:
+    """Return how many clients of ``client``'s server are blocked (a BLPOP, say)."""
+    return int(client.info("clients")["blocked_clients"])

@@ -43,20 +43,19 @@ class RedisKeyspace(BaseLockBackend):
         """
         return f"{self.key_prefix}:{{={name}}}:{kind}"
 
-    def script_keys(self, script: str, name: str, owner: str = "", attempt: str = "") -> list[str]:
+    def script_keys(self, script: str, name: str, attempt: str = "") -> list[str]:
         """Return the keys ``script`` is given for lock ``name``: every key it may touch.
 
         They are the prelude's KEYS (``lua/_prelude.lua``), as many as the script takes: the
-        holders, queue, waiters and fence, the mark of ``attempt`` withdrawn, and ``owner``'s
-        wake-up list.
+        holders, queue, waiters, fence and wake-ups, and the mark of ``attempt`` withdrawn.
         """
         tagged = f"{self.key_prefix}:{{={name}}}:"
-        kinds = ("h", "q", "w", "f", f"x:{attempt}", f"s:{owner}")[: KEY_COUNTS[script]]
+        kinds = ("h", "q", "w", "f", "s", f"x:{attempt}")[: KEY_COUNTS[script]]
         return [tagged + kind for kind in kinds]
 
     def _all_keys(self, names: Sequence[str], attempt: str) -> list[str]:
         # The keys of acquire_all on ``names``: each lock's, one lock after another.
-        each = (self.script_keys("acquire_all", name, "", attempt) for name in names)
+        each = (self.script_keys("acquire_all", name, attempt) for name in names)
         return [key for keys in each for key in keys]
 
     def _match(self, pattern: str) -> str:

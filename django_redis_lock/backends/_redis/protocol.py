@@ -18,11 +18,11 @@ __all__ = [
     "acquired_all",
     "count",
     "extend_args",
-    "granted",
     "ms",
     "release_args",
     "seconds",
     "send_together",
+    "wake_up_call",
 ]
 
 #: The acquire script's flags argument, by (fair, claim).
@@ -130,15 +130,15 @@ def seconds(reply: Any) -> float | None:
     return None if left < 0 else left / 1000
 
 
-def granted(reply: list[bytes] | None) -> Grant | None:
-    """Return a BLPOP reply on a wake-up list as the Grant it carries (None on timeout).
+def wake_up_call(reply: Sequence[bytes] | None) -> tuple[str, Grant] | None:
+    """Return a BLPOP reply on the wake-up lists as (owner, Grant); None on timeout.
 
-    The reply is ``(key, b"<fencing token> <lease ms>")``.
+    The reply is ``(key, b"<fencing token> <grant ms> <owner>")``: a call for that owner.
     """
     if not reply:
         return None
-    fence, lease_ms = reply[1].split()
-    return Grant(int(fence), int(lease_ms) / 1000)
+    fence, grant_ms, owner = reply[1].split(b" ", 2)
+    return owner.decode(), Grant(int(fence), int(grant_ms) / 1000)
 
 
 def send_together(

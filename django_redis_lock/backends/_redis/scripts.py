@@ -10,7 +10,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "WAKE", "Scripts", "source"]
+__all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "Scripts", "source"]
 
 SCRIPT_NAMES = (
     "acquire",
@@ -26,17 +26,13 @@ SCRIPT_NAMES = (
 #: every key it touches. acquire_all is given this many for each of its locks.
 KEY_COUNTS = {
     "acquire": 6,
-    "acquire_all": 5,
-    "release": 4,
+    "acquire_all": 6,
+    "release": 5,
     "extend": 1,
     "ttl": 1,
-    "force_release": 4,
+    "force_release": 5,
     "withdraw": 6,
 }
-
-#: The first element of a reply that carries the owners a script handed the lock to
-#: (``reply()`` in ``lua/_helpers.lua``): ``[WAKE, reply, owner, call, owner, call, ...]``.
-WAKE = b"wake"
 
 HELPERS_MARKER = "--! helpers"
 

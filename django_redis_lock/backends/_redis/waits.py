@@ -1,30 +1,30 @@
 """The handoff on Redis: the wake-up call to a waiter handed the lock, and the waiter's claim.
 
-A script that hands the lock to a waiter (a release, say) returns the waiter with its reply;
-the client then pushes to the waiter's own list (``wake()``): the script may touch only the keys
-it was given, and the waiter's list is not among them. The waiter blocks on that list
-(``BLPOP``) with its claim (the acquire script) queued behind on the same connection, so the
-server runs the claim the moment the wait ends and the waiter wakes once, to both replies.
+A script that hands the lock to a waiter (a release, say) pushes the waiter's wake-up call to
+the lock's wake-ups list (``:s``) in the same atomic step. Every waiter blocks (``BLPOP``) on
+its own list (``:s:<owner>``) and on the wake-ups list, with its claim (the acquire script)
+queued behind on the same connection, so the server runs the claim the moment the wait ends
+and the waiter wakes once, to both replies. The server gives each call to the waiter blocked
+longest, which, in a queue served in order, is the one handed the lock; a waiter given another
+owner's call passes it on to that owner's own list (``pass_on()``), and waits again.
 
-A wake-up call that is lost (the client died or lost its connection after the script ran)
-costs time, never safety: the waiter's claim runs when its wait ends (``max_wait`` at most),
-and a grant not claimed within a second has ended by then, to be handed on or taken afresh.
+A wake-up call that is lost (the waiter given it died before passing it on) costs time, never
+safety: the owner's claim runs when its wait ends (``max_wait`` at most), and a grant not
+claimed within a second has ended by then, to be handed on or taken afresh.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import redis
 import redis.asyncio
 
-from ..base import AcquireRequest, AcquireResult
+from ..base import AcquireRequest, AcquireResult, Grant
 from .loops import PerLoop
-from .protocol import acquire_args, acquired, send_together
+from .protocol import acquire_args, acquired, ms, send_together, wake_up_call
 from .renew import Pipelined
-from .scripts import WAKE
 
 __all__ = ["ClaimOnWake"]
 
@@ -48,38 +48,51 @@ class ClaimOnWake(Pipelined):
 
     # The wake-up calls -------------------------------------------------------------------------
 
-    def wake(self, name: str, reply: Any) -> Any:
-        """Return a script's reply, first waking the owners it handed lock ``name`` to."""
-        if not _hands_over(reply):
-            return reply
-        pipe: Any = self.client.pipeline(transaction=False)
-        for command in self._wake_commands(name, reply):
-            pipe.execute_command(*command)
-        try:
-            pipe.execute()
-        except self.family.error as exc:
-            _not_woken(name, exc)
-        return reply[1]
+    def wait_keys(self, name: str, owner: str) -> tuple[str, str]:
+        """Return the lists ``owner`` waits on for lock ``name``: its own, then the wake-ups."""
+        return self.key(name, f"s:{owner}"), self.key(name, "s")
 
-    async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
-        """Do what :meth:`wake` does, through the running event loop's ``client``."""
-        if not _hands_over(reply):
-            return reply
-        pipe = client.pipeline(transaction=False)
-        for command in self._wake_commands(name, reply):
-            pipe.execute_command(*command)
-        try:
-            await pipe.execute()
-        except self.family.error as exc:
-            _not_woken(name, exc)
-        return reply[1]
+    def pass_on(self, name: str, owner: str, reply: Any) -> Grant | None:
+        """Return the grant a wait's (BLPOP's) ``reply`` brought ``owner``, or None.
 
-    def _wake_commands(self, name: str, reply: list[Any]) -> Iterator[tuple[Any, ...]]:
-        # Each owner's call pushed to its list, which ends with the grant (see handoff()).
-        for owner, call in zip(reply[2::2], reply[3::2], strict=True):
-            key = self.key(name, f"s:{owner.decode() if isinstance(owner, bytes) else owner}")
-            yield ("RPUSH", key, call)
-            yield ("PEXPIRE", key, call.split()[1])
+        A call for another owner is pushed on to that owner's own list.
+        """
+        grant, commands = self._passing_on(name, owner, reply)
+        if commands:
+            pipe: Any = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            try:
+                pipe.execute()
+            except self.family.error as exc:
+                _not_passed_on(name, exc)
+        return grant
+
+    async def apass_on(
+        self, name: str, owner: str, reply: Any, client: redis.asyncio.Redis
+    ) -> Grant | None:
+        """Do what :meth:`pass_on` does, through the running event loop's ``client``."""
+        grant, commands = self._passing_on(name, owner, reply)
+        if commands:
+            pipe = client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)
+            try:
+                await pipe.execute()
+            except self.family.error as exc:
+                _not_passed_on(name, exc)
+        return grant
+
+    def _passing_on(
+        self, name: str, owner: str, reply: Any
+    ) -> tuple[Grant | None, list[tuple[Any, ...]]]:
+        # The grant ``reply`` brought ``owner``, or the commands that pass the call on to the
+        # owner it is for: its own list, which lives as long as the grant.
+        call = None if isinstance(reply, Exception) else wake_up_call(reply)
+        if call is None or call[0] == owner:
+            return (None if call is None else call[1]), []
+        key = self.key(name, f"s:{call[0]}")
+        return None, [("RPUSH", key, reply[1]), ("PEXPIRE", key, ms(call[1].lease))]
 
     def wait_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -92,20 +105,24 @@ class ClaimOnWake(Pipelined):
         args = acquire_args(owner, request, self._fencing_arg)
         with self._errors(name):
             self._scripts.load(self.client, "acquire")
-            reply = self._wait_then_claim(name, owner, window, args, request.attempt)
-        result = self._claimed(name, self.wake(name, reply))
+            call, reply = self._wait_then_claim(name, owner, window, args, request.attempt)
+        self.pass_on(name, owner, call)
+        result = self._claimed(name, reply)
         if result is None:
-            keys = self.script_keys("acquire", name, owner, request.attempt)
+            keys = self.script_keys("acquire", name, request.attempt)
             return acquired(self._run("acquire", name, args, keys))
         return result
 
     def _wait_then_claim(
         self, name: str, owner: str, window: float, args: list[Any], attempt: str
-    ) -> Any:
-        # The claim's reply (or error reply). Sent together and read back directly: a redis-py
-        # Pipeline's bookkeeping would run after the wake-up, on the handoff's clock.
+    ) -> tuple[Any, Any]:
+        # The wait's and the claim's replies (or error replies). Sent together and read back
+        # directly: a redis-py Pipeline's bookkeeping would run after the wake-up, on the
+        # handoff's clock.
         commands = self._wait_commands(name, owner, window, args, attempt)
-        return send_together(self.client.connection_pool, commands, self.family.response_error)[1]
+        pool, error_reply = self.client.connection_pool, self.family.response_error
+        call, reply = send_together(pool, commands, error_reply)
+        return call, reply
 
     async def await_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -122,19 +139,20 @@ class ClaimOnWake(Pipelined):
             replies = await pipe.execute(raise_on_error=False)
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
-        result = self._claimed(name, await self.awake(name, replies[1], client))
+        await self.apass_on(name, owner, replies[0], client)
+        result = self._claimed(name, replies[1])
         if result is None:
-            keys = self.script_keys("acquire", name, owner, request.attempt)
+            keys = self.script_keys("acquire", name, request.attempt)
             return acquired(await self._arun("acquire", name, args, keys))
         return result
 
     def _wait_commands(
         self, name: str, owner: str, window: float, args: list[Any], attempt: str
     ) -> list[tuple[Any, ...]]:
-        # BLPOP on the owner's wake-up list, then the claim.
-        keys = self.script_keys("acquire", name, owner, attempt)
+        # BLPOP on the owner's wake-up lists, then the claim.
+        keys = self.script_keys("acquire", name, attempt)
         return [
-            ("BLPOP", keys[-1], f"{window:.3f}"),
+            ("BLPOP", *self.wait_keys(name, owner), f"{window:.3f}"),
             ("EVALSHA", self._scripts.sha["acquire"], len(keys), *keys, *args),
         ]
 
@@ -148,15 +166,10 @@ class ClaimOnWake(Pipelined):
         return acquired(reply)
 
 
-def _not_woken(name: str, exc: Exception) -> None:
+def _not_passed_on(name: str, exc: Exception) -> None:
     logger.warning(
-        "Lock %r was handed to a waiting owner, but its wake-up call could not be sent (%s): "
-        "it claims the lock when its wait ends.",
+        "A waiter for lock %r was given the wake-up call of another, handed the lock, and could "
+        "not pass it on (%s): that owner claims the lock when its wait ends.",
         name,
         exc,
     )
-
-
-def _hands_over(reply: Any) -> bool:
-    # Whether a script's reply carries owners it handed the lock to (reply() in the helpers).
-    return type(reply) is list and bool(reply) and reply[0] == WAKE

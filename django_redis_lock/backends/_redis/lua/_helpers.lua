@@ -211,8 +211,8 @@ local function leave_queue(owner)
   redis.call('HDEL', K_waiters, owner)
 end
 
--- The owners handed the lock by this script, each followed by its wake-up call "<fencing
--- token> <grant ms>", for the client to push (see reply()).
+-- The wake-up calls of the owners handed the lock by this script: "<fencing token> <grant ms>
+-- <owner>", pushed to the wake-ups list by reply().
 local woken = {}
 
 -- Hand free slots to the longest-waiting owners whose registration is still live, and note
@@ -240,19 +240,35 @@ local function handoff(fence_ttl, above)
       leave_queue(head)
       local granted = math.min(tonumber(lease), CLAIM_MS)
       local fence = hold(head, granted, tonumber(limit), meta, fence_ttl, attempt, above)
+      woken[head] = fence .. ' ' .. granted .. ' ' .. head
       woken[#woken + 1] = head
-      woken[#woken + 1] = fence .. ' ' .. granted
     end
   end
 end
 
--- The script's reply ``value``, with the owners handed the lock if there are any:
--- {'wake', value, owner, call, owner, call, ...}. The client pushes each call to its owner's
--- wake-up list (KEYS[6] of that owner's own calls), expiring in the grant's ms: the script
--- could not, as that key is not among the ones it was given.
-local function reply(value)
-  if #woken == 0 then
-    return value
+-- Drop owner's wake-up calls: those this script would push, and those pushed already.
+local function unwake(owner)
+  woken[owner] = nil
+  for _, call in ipairs(redis.call('LRANGE', K_wake, 0, -1)) do
+    if string.match(call, '^%d+ %d+ (.*)$') == owner then
+      redis.call('LREM', K_wake, 0, call)
+    end
   end
-  return {'wake', value, unpack(woken)}
+end
+
+-- Return the script's reply ``value``, first pushing the wake-up call of each owner handed the
+-- lock: the server gives each to the waiter blocked longest on the list, which is the owner's
+-- or passes it on (see waits.py). The list lives as long as a grant.
+local function reply(value)
+  local pushed = false
+  for _, owner in ipairs(woken) do
+    if woken[owner] then
+      redis.call('RPUSH', K_wake, woken[owner])
+      pushed = true
+    end
+  end
+  if pushed then
+    redis.call('PEXPIRE', K_wake, CLAIM_MS)
+  end
+  return value
 end

@@ -12,17 +12,18 @@
 --                                 is its score in the queue
 --   KEYS[4] <prefix>:{=name}:f   fence    string: the last fencing token issued, kept
 --                                 fencing_ttl after the lease; only with fencing_ttl > 0
---   KEYS[5] <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that
+--   KEYS[5] <prefix>:{=name}:s   wake-ups list: "<fencing token> <grant ms> <owner>" for each
+--                                 owner a script handed the lock to, which owner answers by
+--                                 claiming the hold within CLAIM_MS. Every waiter blocks on it
+--                                 (and on its own list, <prefix>:{=name}:s:<owner>, which no
+--                                 script touches); the server gives each call to the waiter
+--                                 blocked longest, and a waiter given another owner's call
+--                                 pushes it to that owner's own list
+--   KEYS[6] <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that
 --                                 its acquire takes nothing if it reaches the server late
---   KEYS[6] <prefix>:{=name}:s:<owner>    list: the calling owner's wake-up list. A script
---                                 that hands the lock to waiting owners does not push to
---                                 theirs (their keys are not its to touch): it returns them
---                                 (see reply() in _helpers.lua), and the client pushes to each
---                                 list, which its owner answers by claiming the hold within
---                                 CLAIM_MS
 -- Time comes from the server's clock, so clients' clocks never matter. A released lock
 -- leaves no key behind (but a durable fence, when asked for).
-local K_holders, K_queue, K_waiters, K_fence, K_withdrawn, K_signal =
+local K_holders, K_queue, K_waiters, K_fence, K_wake, K_withdrawn =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 
 -- A whole number (a time in ms or us, a token) as its decimal digits. string.format's '%.0f'

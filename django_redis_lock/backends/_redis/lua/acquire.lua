@@ -1,6 +1,6 @@
 -- Take a lease on the lock (or one slot of a semaphore) for an owner; reentrant. An owner
 -- that must wait may register in the queue, to be handed the lock at a release.
--- KEYS[1..6] holders, queue, waiters, fence, withdrawn attempt, wake-up list (the prelude's)
+-- KEYS[1..6] holders, queue, waiters, fence, wake-ups, withdrawn attempt (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once: 1 for a lock or a
 -- writer, unbounded for a reader; no holder is joined by more holders than its own allows)
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long a durable fence outlives the lease (ms;
@@ -78,12 +78,9 @@ elseif current and limit < held_limit then
   return {-2}
 end
 if current then
-  if claim then
-    redis.call('DEL', K_signal)
-  elseif known then
-    holds = known + 1
-  else
-    holds = holds + 1
+  if not claim then
+    -- A nested acquire: one hold more (a claim turns the grant into the full lease alone).
+    holds = (known or holds) + 1
   end
   local ends = math.max(current, now() + lease)
   put(owner, record(ends, holds, fence, at, held_limit, attempt, held_meta))
@@ -127,8 +124,9 @@ if queued then
   settle()
   local current, _, fence, at, _, held_meta = live(owner)
   if current then
-    -- Handed to this owner just now: its lease is the one it asked for, not a grant's.
-    redis.call('DEL', K_signal)
+    -- Handed to this owner just now: its lease is the one it asked for, not a grant's, and
+    -- nobody is to wake it.
+    woken[owner] = nil
     put(owner, record(now() + lease, 1, fence, at, limit, attempt, held_meta))
     settle()
     return reply({1, tonumber(fence), 1, lease})

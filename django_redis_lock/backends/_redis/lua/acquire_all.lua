@@ -4,7 +4,8 @@
 -- nothing, and what it cannot settle (a lost lease, a hold under another limit, fair order
 -- with owners queued, a withdrawn attempt) it leaves to the caller, who then acquires the
 -- locks one by one, in order, waiting as acquire.lua does.
--- KEYS[5i-4..5i] holders, queue, waiters, fence and withdrawn attempt of lock i (the prelude's)
+-- KEYS[6i-5..6i] holders, queue, waiters, fence, wake-ups and withdrawn attempt of lock i
+-- (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] holder metadata (JSON)  ARGV[4] how long a
 -- durable fence outlives the lease (ms; 0: none)  ARGV[5] 'f' for fair order, '-' not
 -- ARGV[6] the client's id of this attempt, recorded with each hold (for withdraw.lua)
@@ -20,11 +21,10 @@ local fence_ttl, fair, attempt = tonumber(ARGV[4]), ARGV[5] == 'f', ARGV[6]
 
 -- Point the helpers (and the prelude's keys) at lock i.
 local function on(i)
-  local first = 5 * i - 4
-  K_holders, K_queue, K_waiters, K_fence, K_withdrawn =
-    KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]
+  local first = 6 * i - 5
+  K_holders, K_queue, K_waiters, K_fence, K_wake, K_withdrawn = unpack(KEYS, first, first + 5)
 end
-local locks = #KEYS / 5
+local locks = #KEYS / 6
 
 -- First every lock is looked at, and nothing written but ended leases dropped.
 local current = {}
