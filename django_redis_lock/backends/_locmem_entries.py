@@ -57,8 +57,12 @@ class Entry:
     grants: dict[str, Grant] = field(default_factory=dict)
 
     def admits(self, limit: int) -> bool:
-        """Return whether one more owner, asking for ``limit``, reaches no holder's limit."""
-        return len(self.holders) < min([limit, *(h.limit for h in self.holders.values())])
+        """Return whether one more owner, asking for ``limit``, may join the holders.
+
+        They must all hold under that same limit, and be fewer than it.
+        """
+        holders = self.holders.values()
+        return len(self.holders) < limit and all(h.limit == limit for h in holders)
 
     def queued(self, owner: str, request: AcquireRequest) -> bool:
         """Return whether ``owner`` is served in queue order: fair, or a reader behind a writer."""

@@ -92,12 +92,12 @@ class BaseLockBackend(OptionRules):
         without counting another.
 
         ``request.limit`` is the most owners that may hold the lock together with this one.
-        Each hold keeps the limit it was taken under, and no hold is joined by more holders
-        than its own limit allows: a writer (limit 1) holds alone, and readers (an unbounded
-        limit) share the lock with readers only. A newcomer does not pass a live waiter that
-        asks for a smaller limit (a reader does not pass a waiting writer). A reentrant
-        acquire asking for a smaller limit than its hold's takes nothing, and the result says
-        ``stricter``.
+        Each hold keeps the limit it was taken under, and holders share the lock only with
+        holders of the same limit, fewer than it: a writer (limit 1) holds alone, and readers
+        (an unbounded limit) share the lock with readers only. A newcomer does not pass a
+        live waiter that asks for a smaller limit (a reader does not pass a waiting writer).
+        A reentrant acquire asking for a smaller limit than its hold's takes nothing, and the
+        result says ``stricter``.
 
         Given ``request.holds``, the owner's hold count becomes ``holds + 1``: a hold the
         caller did not know of (left by an acquire it saw fail) is never inherited (one of

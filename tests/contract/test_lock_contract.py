@@ -18,6 +18,7 @@ from django_redis_lock import (
     lock,
 )
 from django_redis_lock.backends.base import (
+    SHARED,
     AcquireRequest,
     BaseLockBackend,
     glob_escape,
@@ -360,6 +361,20 @@ def test_limit__lets_that_many_owners_hold(using: str, backend: BaseLockBackend)
     assert backend.release("contract:sem", "a") == 0
     assert backend.acquire("contract:sem", "c", two).acquired
     assert backend.force_release("contract:sem") == 2
+
+
+@pytest.mark.needs("semaphores")
+def test_limit__holders_share_only_with_holders_of_the_same_limit(
+    using: str, backend: BaseLockBackend
+) -> None:
+    # Either limit would admit a second holder; under two limits, neither is joined.
+    name = "contract:sem-limits"
+    assert backend.acquire(name, "three", AcquireRequest(ttl=10, limit=3)).acquired
+    assert not backend.acquire(name, "five", AcquireRequest(ttl=10, limit=5)).acquired
+    assert not backend.acquire(name, "reader", AcquireRequest(ttl=10, limit=SHARED)).acquired
+    assert backend.acquire(name, "three-too", AcquireRequest(ttl=10, limit=3)).acquired
+    assert sorted(i.owner for i in backend.iter_locks(name)) == ["three", "three-too"]
+    assert backend.force_release(name) == 2
 
 
 @pytest.mark.needs("semaphores")

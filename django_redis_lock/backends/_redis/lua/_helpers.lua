@@ -168,13 +168,17 @@ local function settle()
 end
 
 -- Whether one more owner, taken to share the lock with ``limit`` holders at most, may join the
--- holders: neither its limit nor any holder's is reached. A writer (limit 1) is thus alone,
--- and readers (unbounded) share the lock with readers only.
+-- holders: they all hold under that same limit, and fewer of them than it. A writer (limit 1)
+-- is thus alone, and readers (unbounded) share the lock with readers only; and as the holders
+-- of a lock all have one limit, one of them tells it (the fast paths of acquire.lua).
 local function admits(limit)
   local count = 0
   for _, text in pairs(records()) do
     local _, _, _, _, _, _, held_limit = parse(text)
-    count, limit = count + 1, math.min(limit, held_limit)
+    if held_limit ~= limit then
+      return false
+    end
+    count = count + 1
   end
   return count < limit
 end

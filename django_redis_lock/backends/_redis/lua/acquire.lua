@@ -21,26 +21,52 @@
 -- A reply that handed the lock to waiting owners carries them (see reply() in the helpers).
 local owner, meta, flags, attempt = ARGV[1], ARGV[4], ARGV[7], ARGV[9]
 
--- The common case: nobody holds the lock, and this is a first, non-fair attempt not
--- withdrawn already (owners waiting, if any, are served at its release; a reader leaves
--- them to the slow path, which lets no reader pass a waiting writer). One EXISTS, the clock,
--- one hash field, one expiry; the fencing token is the server's clock in microseconds (see
--- new_fence()), and the record is the one record() writes. The arguments are compared as the
+-- The common cases, for a first, non-fair attempt not withdrawn already:
+-- * nobody holds the lock (owners waiting, if any, are served at its release; a reader
+--   leaves them to the slow path, which lets no reader pass a waiting writer);
+-- * the lock is shared (readers, a semaphore's holders), nobody waits, the owner holds
+--   nothing yet (HSETNX), and there is room for it: the holders all hold under one limit
+--   (admits() in the helpers), so one of them, drawn at random, tells whether it is this
+--   one's, and the count of records (ended leases included) is below it. This costs the
+--   same however many holders there are.
+-- The fencing token is the server's clock in microseconds (see new_fence()), above the drawn
+-- holder's, and the record is the one record() writes. The arguments are compared as the
 -- strings the client sent, and the record is put together from strings: turning numbers into
 -- text and back costs the server more than the rest of this path.
-if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0')
-    and (ARGV[3] == '1' and redis.call('EXISTS', K_holders, K_withdrawn)
-      or redis.call('EXISTS', K_holders, K_withdrawn, K_queue)) == 0 then
-  local clock = redis.call('TIME')
-  local us = string.sub('00000' .. clock[2], -6)
-  local at = clock[1] .. string.sub(us, 1, 3)
-  local lease = tonumber(ARGV[2])
-  local ends = tonumber(at) + lease
-  redis.call('HSET', K_holders, owner,
-    digits(ends) .. ' 1 ' .. clock[1] .. us .. ' ' .. at .. ' ' .. ARGV[3] .. ' ' .. attempt
-    .. ' ' .. meta)
-  redis.call('PEXPIREAT', K_holders, digits(ends - 1))
-  return {1, clock[1] .. us, 1, lease}
+if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0') then
+  local found = ARGV[3] == '1' and redis.call('EXISTS', K_holders, K_withdrawn)
+    or redis.call('EXISTS', K_holders, K_withdrawn, K_queue)
+  local drawn
+  if found == 1 and ARGV[3] ~= '1' and redis.call('EXISTS', K_withdrawn, K_queue) == 0 then
+    drawn = redis.call('HRANDFIELD', K_holders, 1, 'WITHVALUES')[2]
+    if string.match(drawn, '^%d+ %d+ %d+ %d+ (%d+) ') ~= ARGV[3]
+        or redis.call('HLEN', K_holders) >= tonumber(ARGV[3]) then
+      drawn = nil
+    end
+  end
+  if found == 0 or drawn then
+    local clock = redis.call('TIME')
+    local us = string.sub('00000' .. clock[2], -6)
+    local at = clock[1] .. string.sub(us, 1, 3)
+    local lease = tonumber(ARGV[2])
+    local ends = tonumber(at) + lease
+    local fence = clock[1] .. us
+    if drawn then
+      local above = tonumber(string.match(drawn, '^%d+ %d+ (%d+) '))
+      if above >= tonumber(fence) then
+        fence = digits(above + 1)
+      end
+    end
+    -- Only if the owner holds nothing: a hold of its own is the slow path's to count.
+    local record = digits(ends) .. ' 1 ' .. fence .. ' ' .. at .. ' ' .. ARGV[3] .. ' '
+      .. attempt .. ' ' .. meta
+    if redis.call('HSETNX', K_holders, owner, record) == 1 then
+      if not drawn or redis.call('PTTL', K_holders) < lease then
+        redis.call('PEXPIREAT', K_holders, digits(ends - 1))
+      end
+      return {1, fence, 1, lease}
+    end
+  end
 end
 
 local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])

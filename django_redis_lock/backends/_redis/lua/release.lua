@@ -8,13 +8,24 @@
 -- Returns the holds left (0: released), or -1 if the owner holds nothing (never acquired,
 -- already released, or its lease ended); with the owners handed the lock, if any (reply()).
 local owner = ARGV[1]
-if ARGV[3] == '1' and ARGV[4] == '0' then
-  -- The owner's last hold, no min_hold (the common case): a lone holder with nobody waiting is
+if ARGV[3] == '1' and ARGV[4] == '0' and redis.call('EXISTS', K_queue) == 0 then
+  -- The owner's last hold, no min_hold, nobody waiting (the common case). A lone holder is
   -- freed without reading its record.
   local fields = redis.call('HRANDFIELD', K_holders, 2)
-  if #fields == 1 and fields[1] == owner and redis.call('EXISTS', K_queue) == 0 then
+  if #fields == 1 and fields[1] == owner then
     redis.call('DEL', K_holders)
     return 0
+  end
+  -- One of several (a reader, a semaphore's holder) drops its record alone, if its lease
+  -- lives, whatever the number of holders: the key keeps its expiry, and the records of
+  -- leases that ended meanwhile stay until it comes, or the next slow path drops them.
+  if #fields == 2 then
+    local text = redis.call('HGET', K_holders, owner)
+    local clock = redis.call('TIME')
+    if text and tonumber(string.match(text, '^%d+')) > clock[1] * 1000 + clock[2] / 1000 then
+      redis.call('HDEL', K_holders, owner)
+      return 0
+    end
   end
 end
 -- Two fields at most: enough to tell a lone holder (the common case) from a semaphore's.
