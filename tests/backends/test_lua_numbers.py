@@ -7,6 +7,7 @@ what the slow path's ``record()`` and the readers of records expect.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from importlib.resources import files
 
@@ -14,6 +15,7 @@ import pytest
 import redis as redis_py
 
 from django_redis_lock import lock, locks
+from django_redis_lock.backends.base import AcquireRequest, holder_metadata
 
 RECORD = re.compile(rb"^(\d+) (\d+) (\d+) (\d+) (\d+) (\S*) (.*)$")
 
@@ -55,3 +57,34 @@ def test_a_free_lock_is_recorded_alike_by_the_fast_and_the_slow_path(
     assert ends - 3 <= expires <= ends - 1  # the holders key ends with the lease, not after
     assert locks["default"].ttl(f"numbers-{fair}") == pytest.approx(7.5, abs=0.5)
     handle.release()
+
+
+@pytest.mark.parametrize("holds", [0, None])
+def test_a_claim_is_recorded_alike_by_the_fast_and_the_slow_path(
+    raw_redis: redis_py.Redis, prefix: str, holds: int | None
+) -> None:
+    # holds=0, as Lock sends it, takes the claim's fast path; None (count on the server), the
+    # slow path's record(). The grant becomes the lease asked for, and nothing else changes.
+    backend, name = locks["default"], f"numbers-claim-{holds}"
+    meta = holder_metadata(host="waiting-host", pid=2, thread="t")
+    assert backend.acquire(name, "holder", AcquireRequest(ttl=30)).acquired
+    waiting = AcquireRequest(ttl=7.5, metadata=meta, wait=10, holds=0, attempt="1a.2b")
+    assert not backend.acquire(name, "waiter", waiting).acquired
+    assert backend.release(name, "holder") == 0
+    key = f"{prefix}:{{={name}}}:h"
+    granted = raw_redis.hget(key, "waiter")
+    claim = dataclasses.replace(waiting, claim=True, holds=holds)
+    raw_redis.config_resetstat()
+    claimed = backend.acquire(name, "waiter", claim)
+    slow = "cmdstat_hgetall" in raw_redis.info("commandstats")  # settle() reads every holder
+    assert slow is (holds is None)
+    ends, count, fence, _at, _limit, expires = _record(raw_redis, prefix, name)
+    assert claimed.acquired
+    assert (claimed.fencing_token, claimed.holds) == (fence, count) == (fence, 1)
+    assert claimed.lease == pytest.approx(7.5, abs=0.1)
+    seconds, microseconds = raw_redis.time()
+    assert ends == pytest.approx(seconds * 1000 + microseconds // 1000 + 7500, abs=100)
+    assert ends - 3 <= expires <= ends - 1
+    record = raw_redis.hget(key, "waiter")
+    assert record.split(b" ", 1)[1] == granted.split(b" ", 1)[1], "only the lease end changed"
+    backend.force_release(name)

@@ -69,6 +69,26 @@ if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0') then
   end
 end
 
+-- The claim of a lock handed to this owner, alone on it (the common end of a wait): the grant
+-- becomes the lease asked for. Only the lease end at the head of the record changes.
+if (flags == 'c' or flags == 'fc') and ARGV[5] == '0' and ARGV[8] == '0' and attempt ~= ''
+    and redis.call('EXISTS', K_withdrawn) == 0 and redis.call('HLEN', K_holders) == 1 then
+  local text = redis.call('HGET', K_holders, owner)
+  local ends, holds, fence, limit, held_attempt
+  if text then
+    ends, holds, fence, limit, held_attempt =
+      string.match(text, '^(%d+) (%d+) (%d+) %d+ (%d+) (%S*) ')
+  end
+  local clock = ends and held_attempt == attempt and limit == ARGV[3] and redis.call('TIME')
+  local now_ms = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  if clock and tonumber(ends) > now_ms then
+    local lasts = math.max(tonumber(ends), now_ms + tonumber(ARGV[2]))
+    redis.call('HSET', K_holders, owner, digits(lasts) .. string.sub(text, #ends + 1))
+    redis.call('PEXPIREAT', K_holders, digits(lasts - 1))
+    return {1, fence, tonumber(holds), lasts - now_ms}
+  end
+end
+
 local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence_ttl, wait_ms, known = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
 
