@@ -222,19 +222,22 @@ class RedisBackend(ClaimOnWake):
 
     def _run(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
         # The hot path: a plain try (no context manager) and EVALSHA sent directly. ``keys``
-        # are every key the script touches (script_keys()).
+        # are every key the script touches (script_keys()); the owners among several waiters
+        # a script handed the lock to are woken here (wake()).
         try:
-            return self._scripts.run(self.client.execute_command, script, keys, args)
+            reply = self._scripts.run(self.client.execute_command, script, keys, args)
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
+        return self.wake(name, reply)
 
     async def _arun(self, script: str, name: str, args: list[Any], keys: list[str]) -> Any:
         # _run() on the running event loop's own client.
         client = await self._async_clients.get()
         try:
-            return await self._scripts.arun(client.execute_command, script, keys, args)
+            reply = await self._scripts.arun(client.execute_command, script, keys, args)
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
+        return await self.awake(name, reply, client)
 
     # Primitives ------------------------------------------------------------------------------
 
@@ -244,7 +247,7 @@ class RedisBackend(ClaimOnWake):
         if self.wait_replicas:
             sha = self._scripts.sha["acquire"]
             reply, acks = self._replicated(name, "EVALSHA", sha, len(keys), *keys, *args)
-            return self._durable(name, owner, acquired(reply), acks)
+            return self._durable(name, owner, acquired(self.wake(name, reply)), acks)
         return acquired(self._run("acquire", name, args, keys))
 
     def acquire_all(
@@ -311,7 +314,7 @@ class RedisBackend(ClaimOnWake):
         raise unreplicated(name, acks, self.wait_replicas, self.wait_replicas_timeout)
 
     def withdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
-        keys = self.script_keys("withdraw", name, attempt)
+        keys = self.script_keys("withdraw", name, attempt, owner)
         return int(self._run("withdraw", name, [owner, holds, self._fencing_arg, attempt], keys))
 
     # The same primitives on the running event loop's asyncio client -------------------------
@@ -371,7 +374,7 @@ class RedisBackend(ClaimOnWake):
 
     async def awithdraw(self, name: str, owner: str, holds: int = 0, attempt: str = "") -> int:
         args = [owner, holds, self._fencing_arg, attempt]
-        keys = self.script_keys("withdraw", name, attempt)
+        keys = self.script_keys("withdraw", name, attempt, owner)
         return int(await self._arun("withdraw", name, args, keys))
 
     async def aclose(self) -> None:

@@ -176,11 +176,11 @@ ODD_NAMES = ["}starts", "}", "}}", "a{b}c", "{x}", "}{", "{", "ünï{cödé}🔒
 def test_slots__every_key_of_a_lock_is_in_one_slot(
     backend: RedisClusterBackend, name: str
 ) -> None:
-    """Holders, queue, waiters and the wake-ups list: one slot, for any name."""
+    """Holders, queue, waiters and the wake-up list: one slot, for any name."""
     holder = lock(name, using="cluster")
     assert holder.acquire()
     # A waiter that registers and never comes: its queue and waiter records stay, and the
-    # release hands the lock to it through the wake-ups list, which nobody pops.
+    # release hands the lock to it through the wake-up list, which nobody pops.
     ghost = backend.acquire(
         name, "ghost", AcquireRequest(ttl=5, metadata=META, wait=3.0, fair=True)
     )

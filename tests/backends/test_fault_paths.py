@@ -466,7 +466,7 @@ def test_a_lost_wake_up_call_costs_the_waiter_time_never_a_second_holder(
     assert backend.acquire(name, "holder", AcquireRequest(ttl=30)).acquired
     inside: list[list[str]] = []
     taken: list[bool] = []
-    # The waiter that dies with the call: blocked on the wake-ups list before the owner is.
+    # The waiter that dies with the call: blocked on the wake-up list before the owner is.
     thief, before = raw_redis.connection_pool.get_connection(), blocked_clients(raw_redis)
     try:
         thief.send_command("BLPOP", backend.key(name, "s"), 30)

@@ -43,14 +43,15 @@ class RedisKeyspace(BaseLockBackend):
         """
         return f"{self.key_prefix}:{{={name}}}:{kind}"
 
-    def script_keys(self, script: str, name: str, attempt: str = "") -> list[str]:
+    def script_keys(self, script: str, name: str, attempt: str = "", owner: str = "") -> list[str]:
         """Return the keys ``script`` is given for lock ``name``: every key it may touch.
 
         They are the prelude's KEYS (``lua/_prelude.lua``), as many as the script takes: the
-        holders, queue, waiters, fence and wake-ups, and the mark of ``attempt`` withdrawn.
+        holders, queue, waiters, fence and wake-up list, the mark of ``attempt`` withdrawn,
+        and ``owner``'s own list (withdraw.lua's alone).
         """
         tagged = f"{self.key_prefix}:{{={name}}}:"
-        kinds = ("h", "q", "w", "f", "s", f"x:{attempt}")[: KEY_COUNTS[script]]
+        kinds = ("h", "q", "w", "f", "s", f"x:{attempt}", f"s:{owner}")[: KEY_COUNTS[script]]
         return [tagged + kind for kind in kinds]
 
     def _all_keys(self, names: Sequence[str], attempt: str) -> list[str]:

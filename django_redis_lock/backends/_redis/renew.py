@@ -27,16 +27,28 @@ class Pipelined(RedisKeyspace):
 
     _async_clients: PerLoop[redis.asyncio.Redis]
 
+    def wake(self, name: str, reply: Any) -> Any:
+        raise NotImplementedError("subclasses of Pipelined must provide a wake() method")
+
+    async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
+        raise NotImplementedError("subclasses of Pipelined must provide an awake() method")
+
     def release_many(
         self, releases: Sequence[tuple[str, str, ReleaseRequest]]
     ) -> list[int | LockError | None]:
-        # One pipeline of release scripts: one round trip, whatever the number of names (each
-        # script wakes the owners it hands its lock to); an error stands in its place.
+        # One pipeline of release scripts: one round trip, whatever the number of names. Each
+        # reply wakes the owners it handed its lock to (wake()); an error stands in its place.
         try:
             replies = self._scripts.run_many(self.client, "release", self._releases(releases))
         except self.family.error as exc:
             return [self._unavailable(exc, name) for name, _, _ in releases]
-        return self._answers(releases, replies)
+        error = self.family.error
+        return [
+            self._unavailable(reply, name)
+            if isinstance(reply, error)
+            else count(self.wake(name, reply))
+            for (name, _, _), reply in zip(releases, replies, strict=True)
+        ]
 
     async def arelease_many(
         self, releases: Sequence[tuple[str, str, ReleaseRequest]]
@@ -47,17 +59,13 @@ class Pipelined(RedisKeyspace):
             replies = await self._scripts.arun_many(client, "release", self._releases(releases))
         except self.family.error as exc:
             return [self._unavailable(exc, name) for name, _, _ in releases]
-        return self._answers(releases, replies)
-
-    def _answers(
-        self, releases: Sequence[tuple[str, str, ReleaseRequest]], replies: list[Any]
-    ) -> list[int | LockError | None]:
-        # Each release's holds left (None: held nothing), or the error in its reply's place.
-        error = self.family.error
-        return [
-            self._unavailable(reply, name) if isinstance(reply, error) else count(reply)
-            for (name, _, _), reply in zip(releases, replies, strict=True)
-        ]
+        answers: list[int | LockError | None] = []
+        for (name, _, _), reply in zip(releases, replies, strict=True):
+            if isinstance(reply, self.family.error):
+                answers.append(self._unavailable(reply, name))
+            else:
+                answers.append(count(await self.awake(name, reply, client)))
+        return answers
 
     def _releases(
         self, releases: Sequence[tuple[str, str, ReleaseRequest]]

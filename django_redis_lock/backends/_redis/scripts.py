@@ -10,7 +10,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-__all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "Scripts", "source"]
+__all__ = ["KEY_COUNTS", "SCRIPT_NAMES", "WAKE", "Scripts", "source"]
 
 SCRIPT_NAMES = (
     "acquire",
@@ -31,8 +31,12 @@ KEY_COUNTS = {
     "extend": 1,
     "ttl": 1,
     "force_release": 5,
-    "withdraw": 6,
+    "withdraw": 7,
 }
+
+#: The first element of a reply that carries the owners a script handed the lock to
+#: (``reply()`` in ``lua/_helpers.lua``): ``[WAKE, reply, owner, call, owner, call, ...]``.
+WAKE = b"wake"
 
 HELPERS_MARKER = "--! helpers"
 

@@ -1,21 +1,28 @@
 """The handoff on Redis: the wake-up call to a waiter handed the lock, and the waiter's claim.
 
-A script that hands the lock to a waiter (a release, say) pushes the waiter's wake-up call to
-the lock's wake-ups list (``:s``) in the same atomic step. Every waiter blocks (``BLPOP``) on
-its own list (``:s:<owner>``) and on the wake-ups list, with its claim (the acquire script)
-queued behind on the same connection, so the server runs the claim the moment the wait ends
-and the waiter wakes once, to both replies. The server gives each call to the waiter blocked
-longest, which, in a queue served in order, is the one handed the lock; a waiter given another
-owner's call passes it on to that owner's own list (``pass_on()``), and waits again.
+Every waiter blocks (``BLPOP``) on its own list (``:s:<owner>``) and on the lock's wake-up
+list (``:s``), with its claim (the acquire script) queued behind on the same connection, so
+the server runs the claim the moment the wait ends and the waiter wakes once, to both replies.
 
-A wake-up call that is lost (the waiter given it died before passing it on) costs time, never
-safety: the owner's claim runs when its wait ends (``max_wait`` at most), and a grant not
-claimed within a second has ended by then, to be handed on or taken afresh.
+A script that hands the lock to a lone waiter (a release, say, with nobody else queued) pushes
+the waiter's call to the wake-up list in the same atomic step: the waiter blocked longest there
+is the only one waiting, and wakes with no round trip of the releasing client's. A script that
+hands it to one waiter among several returns the call with its reply, and the client pushes it
+to that owner's own list (``wake()``): the order in which waiters blocked may differ from the
+order of the queue (one registered first, another blocked first), and the script may touch only
+the keys it was given, which an owner's own list is not. A waiter given another owner's call on
+the wake-up list (rare: a newcomer that blocked before the owner did) passes it on to that
+owner's own list (``pass_on()``).
+
+A wake-up call that is lost (the client died or lost its connection after the script ran)
+costs time, never safety: the waiter's claim runs when its wait ends (``max_wait`` at most),
+and a grant not claimed within a second has ended by then, to be handed on or taken afresh.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -25,6 +32,7 @@ from ..base import AcquireRequest, AcquireResult, Grant
 from .loops import PerLoop
 from .protocol import acquire_args, acquired, ms, send_together, wake_up_call
 from .renew import Pipelined
+from .scripts import WAKE
 
 __all__ = ["ClaimOnWake"]
 
@@ -48,8 +56,41 @@ class ClaimOnWake(Pipelined):
 
     # The wake-up calls -------------------------------------------------------------------------
 
+    def wake(self, name: str, reply: Any) -> Any:
+        """Return a script's reply, first waking the owners it handed lock ``name`` to."""
+        if not _hands_over(reply):
+            return reply
+        pipe: Any = self.client.pipeline(transaction=False)
+        for command in self._wake_commands(name, reply):
+            pipe.execute_command(*command)
+        try:
+            pipe.execute()
+        except self.family.error as exc:
+            _not_woken(name, exc)
+        return reply[1]
+
+    async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
+        """Do what :meth:`wake` does, through the running event loop's ``client``."""
+        if not _hands_over(reply):
+            return reply
+        pipe = client.pipeline(transaction=False)
+        for command in self._wake_commands(name, reply):
+            pipe.execute_command(*command)
+        try:
+            await pipe.execute()
+        except self.family.error as exc:
+            _not_woken(name, exc)
+        return reply[1]
+
+    def _wake_commands(self, name: str, reply: list[Any]) -> Iterator[tuple[Any, ...]]:
+        # Each owner's call pushed to its own list, which ends with the grant (see handoff()).
+        for owner, call in zip(reply[2::2], reply[3::2], strict=True):
+            key = self.key(name, f"s:{owner.decode() if isinstance(owner, bytes) else owner}")
+            yield ("RPUSH", key, call)
+            yield ("PEXPIRE", key, call.split()[1])
+
     def wait_keys(self, name: str, owner: str) -> tuple[str, str]:
-        """Return the lists ``owner`` waits on for lock ``name``: its own, then the wake-ups."""
+        """Return the lists ``owner`` waits on for lock ``name``: its own, the wake-up list."""
         return self.key(name, f"s:{owner}"), self.key(name, "s")
 
     def pass_on(self, name: str, owner: str, reply: Any) -> Grant | None:
@@ -107,7 +148,7 @@ class ClaimOnWake(Pipelined):
             self._scripts.load(self.client, "acquire")
             call, reply = self._wait_then_claim(name, owner, window, args, request.attempt)
         self.pass_on(name, owner, call)
-        result = self._claimed(name, reply)
+        result = self._claimed(name, self.wake(name, reply))
         if result is None:
             keys = self.script_keys("acquire", name, request.attempt)
             return acquired(self._run("acquire", name, args, keys))
@@ -140,7 +181,7 @@ class ClaimOnWake(Pipelined):
         except self.family.error as exc:
             raise self._unavailable(exc, name) from exc
         await self.apass_on(name, owner, replies[0], client)
-        result = self._claimed(name, replies[1])
+        result = self._claimed(name, await self.awake(name, replies[1], client))
         if result is None:
             keys = self.script_keys("acquire", name, request.attempt)
             return acquired(await self._arun("acquire", name, args, keys))
@@ -164,6 +205,20 @@ class ClaimOnWake(Pipelined):
         if isinstance(reply, self.family.error):
             raise self._unavailable(reply, name) from reply
         return acquired(reply)
+
+
+def _not_woken(name: str, exc: Exception) -> None:
+    logger.warning(
+        "Lock %r was handed to a waiting owner, but its wake-up call could not be sent (%s): "
+        "it claims the lock when its wait ends.",
+        name,
+        exc,
+    )
+
+
+def _hands_over(reply: Any) -> bool:
+    # Whether a script's reply carries owners it handed the lock to (reply() in the helpers).
+    return type(reply) is list and bool(reply) and reply[0] == WAKE
 
 
 def _not_passed_on(name: str, exc: Exception) -> None:

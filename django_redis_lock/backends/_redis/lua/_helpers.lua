@@ -216,7 +216,7 @@ local function leave_queue(owner)
 end
 
 -- The wake-up calls of the owners handed the lock by this script: "<fencing token> <grant ms>
--- <owner>", pushed to the wake-ups list by reply().
+-- <owner>", sent by reply().
 local woken = {}
 
 -- Hand free slots to the longest-waiting owners whose registration is still live, and note
@@ -260,19 +260,27 @@ local function unwake(owner)
   end
 end
 
--- Return the script's reply ``value``, first pushing the wake-up call of each owner handed the
--- lock: the server gives each to the waiter blocked longest on the list, which is the owner's
--- or passes it on (see waits.py). The list lives as long as a grant.
+-- Return the script's reply ``value``, with the wake-up calls of the owners it handed the lock
+-- to. A lone waiter (nobody else queued) is woken here: its call goes to the wake-up list, on
+-- which the waiter blocked longest is the only one waiting. Among several waiters, the order
+-- in which they blocked may differ from the queue's (one registered first, another blocked
+-- first), so the calls go back to the client, {'wake', value, owner, call, ...}, which pushes
+-- each to its owner's own list (waits.py).
 local function reply(value)
-  local pushed = false
+  local calls = {'wake', value}
   for _, owner in ipairs(woken) do
     if woken[owner] then
-      redis.call('RPUSH', K_wake, woken[owner])
-      pushed = true
+      calls[#calls + 1] = owner
+      calls[#calls + 1] = woken[owner]
     end
   end
-  if pushed then
-    redis.call('PEXPIRE', K_wake, CLAIM_MS)
+  if #calls == 2 then
+    return value
   end
-  return value
+  if #calls == 4 and redis.call('EXISTS', K_queue) == 0 then
+    redis.call('RPUSH', K_wake, calls[4])
+    redis.call('PEXPIRE', K_wake, CLAIM_MS)
+    return value
+  end
+  return calls
 end

@@ -12,15 +12,17 @@
 --                                 is its score in the queue
 --   KEYS[4] <prefix>:{=name}:f   fence    string: the last fencing token issued, kept
 --                                 fencing_ttl after the lease; only with fencing_ttl > 0
---   KEYS[5] <prefix>:{=name}:s   wake-ups list: "<fencing token> <grant ms> <owner>" for each
---                                 owner a script handed the lock to, which owner answers by
---                                 claiming the hold within CLAIM_MS. Every waiter blocks on it
---                                 (and on its own list, <prefix>:{=name}:s:<owner>, which no
---                                 script touches); the server gives each call to the waiter
---                                 blocked longest, and a waiter given another owner's call
---                                 pushes it to that owner's own list
+--   KEYS[5] <prefix>:{=name}:s   wake-up list: "<fencing token> <grant ms> <owner>", the
+--                                 call of a lone waiter a script handed the lock to, which the
+--                                 owner answers by claiming the hold within CLAIM_MS. Every
+--                                 waiter blocks on it and on its own list (KEYS[7]): the calls
+--                                 of waiters handed the lock among others go back to the
+--                                 client, which pushes each to its owner's list (reply() in
+--                                 _helpers.lua)
 --   KEYS[6] <prefix>:{=name}:x:<attempt>  string: an attempt withdrawn by its client, so that
 --                                 its acquire takes nothing if it reaches the server late
+--   KEYS[7] <prefix>:{=name}:s:<owner>  list: the owner's own, given to withdraw.lua only,
+--                                 which drops a call left there
 -- Time comes from the server's clock, so clients' clocks never matter. A released lock
 -- leaves no key behind (but a durable fence, when asked for).
 local K_holders, K_queue, K_waiters, K_fence, K_wake, K_withdrawn =

@@ -1,6 +1,6 @@
 -- Take a lease on the lock (or one slot of a semaphore) for an owner; reentrant. An owner
 -- that must wait may register in the queue, to be handed the lock at a release.
--- KEYS[1..6] holders, queue, waiters, fence, wake-ups, withdrawn attempt (the prelude's)
+-- KEYS[1..6] holders, queue, waiters, fence, wake-up list, withdrawn attempt (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] limit (holders at once: 1 for a lock or a
 -- writer, unbounded for a reader; no holder is joined by more holders than its own allows)
 -- ARGV[4] holder metadata (JSON)  ARGV[5] how long a durable fence outlives the lease (ms;
@@ -37,10 +37,12 @@ if flags == '-' and ARGV[5] == '0' and (ARGV[8] == '' or ARGV[8] == '0') then
   local found = ARGV[3] == '1' and redis.call('EXISTS', K_holders, K_withdrawn)
     or redis.call('EXISTS', K_holders, K_withdrawn, K_queue)
   local drawn
-  if found == 1 and ARGV[3] ~= '1' and redis.call('EXISTS', K_withdrawn, K_queue) == 0 then
-    drawn = redis.call('HRANDFIELD', K_holders, 1, 'WITHVALUES')[2]
-    if string.match(drawn, '^%d+ %d+ %d+ %d+ (%d+) ') ~= ARGV[3]
-        or redis.call('HLEN', K_holders) >= tonumber(ARGV[3]) then
+  if found == 1 and ARGV[3] ~= '1' then
+    -- Of the three keys, the one that exists is the holders' if it has fields.
+    local count = redis.call('HLEN', K_holders)
+    drawn = count > 0 and count < tonumber(ARGV[3])
+      and redis.call('HRANDFIELD', K_holders, 1, 'WITHVALUES')[2]
+    if drawn and string.match(drawn, '^%d+ %d+ %d+ %d+ (%d+) ') ~= ARGV[3] then
       drawn = nil
     end
   end

@@ -4,7 +4,7 @@
 -- nothing, and what it cannot settle (a lost lease, a hold under another limit, fair order
 -- with owners queued, a withdrawn attempt) it leaves to the caller, who then acquires the
 -- locks one by one, in order, waiting as acquire.lua does.
--- KEYS[6i-5..6i] holders, queue, waiters, fence, wake-ups and withdrawn attempt of lock i
+-- KEYS[6i-5..6i] holders, queue, waiters, fence, wake-up list and withdrawn attempt of lock i
 -- (the prelude's)
 -- ARGV[1] owner token  ARGV[2] lease (ms)  ARGV[3] holder metadata (JSON)  ARGV[4] how long a
 -- durable fence outlives the lease (ms; 0: none)  ARGV[5] 'f' for fair order, '-' not

@@ -1,6 +1,6 @@
 -- Remove every holder of a lock, or one named owner, whatever their hold counts; the freed
 -- slots go to waiting owners as at a release.
--- KEYS[1..5] holders, queue, waiters, fence, wake-ups (the prelude's)
+-- KEYS[1..5] holders, queue, waiters, fence, wake-up list (the prelude's)
 -- ARGV[1] owner token, or '' for every holder  ARGV[2] how long a durable fence outlives its
 -- lease (ms; 0: none)
 -- Returns how many live holders were removed, with the owners handed the lock, if any

@@ -1,6 +1,6 @@
 -- Drop one hold of an owner; at its last hold the lock is freed, or handed to the owner that
 -- has waited longest, or kept until its min_hold window ends.
--- KEYS[1..5] holders, queue, waiters, fence, wake-ups (the prelude's)
+-- KEYS[1..5] holders, queue, waiters, fence, wake-up list (the prelude's)
 -- ARGV[1] owner token  ARGV[2] how long a durable fence outlives its lease (ms; 0: none)
 -- ARGV[3] the holds the owner knows it has ('': count down here): the count becomes one less
 -- ARGV[4] min_hold (ms; '0': none): a last release sooner than this after the acquire keeps

@@ -5,7 +5,8 @@
 -- arrives late never touches a hold the owner took since; and the attempt is remembered as
 -- given up for UNDONE_MS, so that its acquire, if it reaches the server only now (it was
 -- queued on another connection), takes nothing.
--- KEYS[1..6] holders, queue, waiters, fence, wake-ups, withdrawn attempt (the prelude's)
+-- KEYS[1..6] holders, queue, waiters, fence, wake-up list, withdrawn attempt (the prelude's)
+-- KEYS[7] the owner's own list (see waits.py)
 -- ARGV[1] owner token  ARGV[2] the holds the owner keeps (0: none)  ARGV[3] how long a durable
 -- fence outlives its lease (ms; 0: none)  ARGV[4] attempt id ('': whatever the owner has)
 -- Returns the owner's holds left; with the owners handed the lock, if any (reply()).
@@ -25,6 +26,7 @@ local current, holds, fence, at, held_attempt, meta, limit = live(owner)
 local mine = attempt == '' or (current and held_attempt == attempt)
 if mine then
   unwake(owner)
+  redis.call('DEL', KEYS[7])
 end
 holds = holds or 0
 if mine and holds > keep then
