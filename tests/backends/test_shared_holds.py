@@ -9,9 +9,7 @@ the contract suite: test_lock_contract.py.)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
-import pytest
 import redis as redis_py
 
 from django_redis_lock.backends.base import (
@@ -21,25 +19,10 @@ from django_redis_lock.backends.base import (
     holder_metadata,
 )
 from django_redis_lock.backends.redis import RedisBackend
-from django_redis_lock.testing import RedisServer
 
 META = holder_metadata(host="h", pid=1, thread="t")
 READ = AcquireRequest(ttl=30, metadata=META, limit=SHARED)
 LAST = ReleaseRequest(holds=1)
-
-
-@pytest.fixture
-def backend(own_server: RedisServer) -> Iterator[RedisBackend]:
-    backend = RedisBackend(url=own_server.url)
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
-def stats(own_server: RedisServer) -> Iterator[redis_py.Redis]:
-    client = redis_py.Redis.from_url(own_server.url)
-    yield client
-    client.close()
 
 
 def commands_run(stats: redis_py.Redis) -> dict[str, int]:
@@ -51,23 +34,23 @@ def commands_run(stats: redis_py.Redis) -> dict[str, int]:
 
 
 def test_a_reader_among_readers__reads_no_record_but_one(
-    backend: RedisBackend, stats: redis_py.Redis
+    own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
     # A read acquire and release among 1, 15 and 200 readers: the same commands.
-    assert backend.acquire("shared:warm-up", "me", READ).acquired
-    assert backend.release("shared:warm-up", "me", LAST) == 0  # the server has the scripts
+    assert own_backend.acquire("shared:warm-up", "me", READ).acquired
+    assert own_backend.release("shared:warm-up", "me", LAST) == 0  # the server has the scripts
     commands: list[dict[str, int]] = []
     for others in (1, 15, 200):
         name = f"shared:readers-{others}"
         for n in range(others):
-            assert backend.acquire(name, f"other-{n}", READ).acquired
+            assert own_backend.acquire(name, f"other-{n}", READ).acquired
         stats.config_resetstat()
-        joined = backend.acquire(name, "me", READ)
+        joined = own_backend.acquire(name, "me", READ)
         assert joined.acquired
-        assert backend.release(name, "me", LAST) == 0
+        assert own_backend.release(name, "me", LAST) == 0
         run = commands_run(stats)
         commands.append({c: n for c, n in run.items() if c not in ("config", "info")})
-        tokens = [info.fencing_token for info in backend.lock_info(name)]
+        tokens = [info.fencing_token for info in own_backend.lock_info(name)]
         assert len(tokens) == others
         assert joined.fencing_token is not None
         assert joined.fencing_token > max(tokens)
@@ -77,54 +60,54 @@ def test_a_reader_among_readers__reads_no_record_but_one(
 
 
 def test_a_reader_joins_above_a_token_ahead_of_the_clock(
-    backend: RedisBackend, stats: redis_py.Redis
+    own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
     # The server's clock stepped back since the other reader took its token.
     name = "shared:ahead"
-    assert backend.acquire(name, "other", READ).acquired
-    key = backend.key(name)
+    assert own_backend.acquire(name, "other", READ).acquired
+    key = own_backend.key(name)
     ends, holds, token, rest = stats.hget(key, "other").split(b" ", 3)
     ahead = int(token) + 3_600_000_000
     stats.hset(key, "other", b" ".join([ends, holds, b"%d" % ahead, rest]))
-    joined = backend.acquire(name, "me", READ)
+    joined = own_backend.acquire(name, "me", READ)
     assert joined.fencing_token is not None
     assert joined.fencing_token > ahead
 
 
 def test_a_reader_whose_lease_ended__is_told_so_at_its_release(
-    backend: RedisBackend, stats: redis_py.Redis
+    own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
     name = "shared:ended"
-    assert backend.acquire(name, "other", READ).acquired
+    assert own_backend.acquire(name, "other", READ).acquired
     short = AcquireRequest(ttl=0.1, metadata=META, limit=SHARED)
-    assert backend.acquire(name, "me", short).acquired
+    assert own_backend.acquire(name, "me", short).acquired
     time.sleep(0.3)
-    assert backend.release(name, "me", LAST) is None, "an ended lease is reported, not dropped"
-    assert [info.owner for info in backend.lock_info(name)] == ["other"]
+    assert own_backend.release(name, "me", LAST) is None, "an ended lease is reported, not dropped"
+    assert [info.owner for info in own_backend.lock_info(name)] == ["other"]
 
 
 def test_a_reader_leaves__a_longer_lease_keeps_the_key_alive(
-    backend: RedisBackend, stats: redis_py.Redis
+    own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
     # Joining never shortens the key's expiry below another holder's lease.
     name = "shared:expiry"
-    assert backend.acquire(name, "long", AcquireRequest(ttl=60, metadata=META, limit=SHARED))
-    assert backend.acquire(name, "short", AcquireRequest(ttl=5, metadata=META, limit=SHARED))
-    assert stats.pttl(backend.key(name)) > 55_000
-    assert backend.release(name, "long", LAST) == 0
-    assert [info.owner for info in backend.lock_info(name)] == ["short"]
+    assert own_backend.acquire(name, "long", AcquireRequest(ttl=60, metadata=META, limit=SHARED))
+    assert own_backend.acquire(name, "short", AcquireRequest(ttl=5, metadata=META, limit=SHARED))
+    assert stats.pttl(own_backend.key(name)) > 55_000
+    assert own_backend.release(name, "long", LAST) == 0
+    assert [info.owner for info in own_backend.lock_info(name)] == ["short"]
     # A writer waits for the reader left, and takes the lock once it is gone.
     writer = AcquireRequest(ttl=30, metadata=META)
-    assert not backend.acquire(name, "writer", writer).acquired
-    assert backend.release(name, "short", LAST) == 0
-    assert backend.acquire(name, "writer", writer).acquired
+    assert not own_backend.acquire(name, "writer", writer).acquired
+    assert own_backend.release(name, "short", LAST) == 0
+    assert own_backend.acquire(name, "writer", writer).acquired
 
 
-def test_a_semaphore_full__the_next_holder_is_refused(backend: RedisBackend) -> None:
+def test_a_semaphore_full__the_next_holder_is_refused(own_backend: RedisBackend) -> None:
     name = "shared:semaphore"
     three = AcquireRequest(ttl=30, metadata=META, limit=3)
-    assert all(backend.acquire(name, f"h{n}", three).acquired for n in range(3))
-    assert not backend.acquire(name, "fourth", three).acquired
-    assert backend.release(name, "h0", LAST) == 0
-    assert backend.acquire(name, "fourth", three).acquired
-    assert sorted(info.owner for info in backend.lock_info(name)) == ["fourth", "h1", "h2"]
+    assert all(own_backend.acquire(name, f"h{n}", three).acquired for n in range(3))
+    assert not own_backend.acquire(name, "fourth", three).acquired
+    assert own_backend.release(name, "h0", LAST) == 0
+    assert own_backend.acquire(name, "fourth", three).acquired
+    assert sorted(info.owner for info in own_backend.lock_info(name)) == ["fourth", "h1", "h2"]
