@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import redis as redis_py
 
 from django_redis_lock.backends.base import AcquireRequest, Grant, holder_metadata
@@ -21,6 +22,13 @@ from tests.support.helpers import blocked_clients, eventually
 META = holder_metadata(host="h", pid=1, thread="t")
 HOLD = AcquireRequest(ttl=30, metadata=META)
 WAITING = AcquireRequest(ttl=30, metadata=META, wait=10)
+
+
+def hand_to_a_lone_waiter(backend: RedisBackend, name: str, waiter: str) -> None:
+    """Have ``waiter`` queue alone for ``name`` held by "holder", which then releases it."""
+    assert backend.acquire(name, "holder", HOLD).acquired
+    assert not backend.acquire(name, waiter, WAITING).acquired
+    assert backend.release(name, "holder") == 0
 
 
 def reads(client: redis_py.Redis) -> int:
@@ -53,14 +61,19 @@ def test_release__wakes_a_lone_waiter_it_hands_the_lock_to_in_its_one_round_trip
     assert call.startswith(b"%d " % info.fencing_token)
 
 
-def handed_with_another_blocked_first(
-    own_backend: RedisBackend, stats: redis_py.Redis, name: str, other: str
-) -> tuple[Grant | None, float, str, int | None]:
-    """Release ``name`` to "first" while ``other`` blocked on its lists before "first" did.
-
-    Return first's grant, how long after the release it came, the holder and its token then
-    (within the grant's second); ``other`` is given nothing.
-    """
+@pytest.mark.parametrize("other", ["newcomer", "second"])
+def test_a_waiter_blocked_before_the_owner_handed_the_lock__is_given_nothing(
+    own_backend: RedisBackend, stats: redis_py.Redis, other: str
+) -> None:
+    # "first" is first in the queue, and is handed the lock; ``other`` blocked before it did.
+    # A "newcomer" is not queued: "first", a lone waiter, is woken through the wake-up list,
+    # whose call the server gives the newcomer, which passes it on. A "second" waiter is
+    # queued: the releasing client pushes the call to the own list of "first".
+    name = f"wake:{other}"
+    assert own_backend.acquire(name, "holder", HOLD).acquired
+    assert not own_backend.acquire(name, "first", WAITING).acquired
+    if other == "second":
+        assert not own_backend.acquire(name, "second", WAITING).acquired
     with ThreadPoolExecutor(2) as pool:
         given = pool.submit(own_backend.wait, name, other, 1.5)
         eventually(lambda: blocked_clients(stats) == 1)
@@ -70,53 +83,19 @@ def handed_with_another_blocked_first(
         assert own_backend.release(name, "holder") == 0
         grant = first.result(timeout=10)
         woken = time.monotonic() - released
-        [info] = own_backend.lock_info(name)
+        [info] = own_backend.lock_info(name)  # within the grant's second
         assert given.result(timeout=10) is None, f"nothing handed to {other}"
-    return grant, woken, info.owner, info.fencing_token
-
-
-def test_a_call_given_to_another_waiter_is_passed_on_to_its_owner(
-    own_backend: RedisBackend, stats: redis_py.Redis
-) -> None:
-    # "newcomer" blocked on the wake-up list before "first", the lone waiter in the queue, so
-    # the server gives it the call, which it passes on.
-    name = "wake:passed-on"
-    assert own_backend.acquire(name, "holder", HOLD).acquired
-    assert not own_backend.acquire(name, "first", WAITING).acquired
-    grant, woken, owner, token = handed_with_another_blocked_first(
-        own_backend, stats, name, "newcomer"
-    )
     assert isinstance(grant, Grant)
-    assert woken < 1, "woken by the call passed on, not at the end of its wait"
-    assert (owner, token) == ("first", grant.fencing_token)
-    assert stats.llen(own_backend.key(name, "s")) == 0
-    assert stats.llen(own_backend.key(name, "s:first")) == 0
-
-
-def test_among_several_waiters__the_call_goes_to_its_owners_own_list(
-    own_backend: RedisBackend, stats: redis_py.Redis
-) -> None:
-    # "second" blocked first; "first" is first in the queue, and is handed the lock.
-    name = "wake:several"
-    assert own_backend.acquire(name, "holder", HOLD).acquired
-    assert not own_backend.acquire(name, "first", WAITING).acquired
-    assert not own_backend.acquire(name, "second", WAITING).acquired
-    grant, woken, owner, token = handed_with_another_blocked_first(
-        own_backend, stats, name, "second"
-    )
-    assert isinstance(grant, Grant)
-    assert woken < 1
-    assert (owner, token) == ("first", grant.fencing_token)
-    assert stats.exists(own_backend.key(name, "s")) == 0, "nothing pushed to the wake-up list"
+    assert woken < 1, "woken by its call, not at the end of its wait"
+    assert (info.owner, info.fencing_token) == ("first", grant.fencing_token)
+    assert stats.exists(own_backend.key(name, "s"), own_backend.key(name, "s:first")) == 0
 
 
 def test_withdraw__drops_the_wake_up_call_of_a_lock_handed_to_the_owner(
     own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
     name = "wake:withdrawn"
-    assert own_backend.acquire(name, "holder", HOLD).acquired
-    assert not own_backend.acquire(name, "waiter", WAITING).acquired
-    assert own_backend.release(name, "holder") == 0
+    hand_to_a_lone_waiter(own_backend, name, "waiter")
     assert stats.lrange(own_backend.key(name, "s"), 0, -1) != []
     assert own_backend.withdraw(name, "waiter") == 0
     assert stats.lrange(own_backend.key(name, "s"), 0, -1) == [], "no call for a withdrawn owner"
@@ -128,9 +107,7 @@ def test_the_wake_up_list_lives_as_long_as_a_grant(
 ) -> None:
     # A call nobody takes (its owner died) is gone with the grant it announced.
     name = "wake:expires"
-    assert own_backend.acquire(name, "holder", HOLD).acquired
-    assert not own_backend.acquire(name, "ghost", WAITING).acquired
-    assert own_backend.release(name, "holder") == 0
+    hand_to_a_lone_waiter(own_backend, name, "ghost")
     assert 0 < stats.pttl(own_backend.key(name, "s")) <= 1000
     eventually(lambda: stats.exists(own_backend.key(name, "s")) == 0, timeout=3)
     assert not own_backend.locked(name)
