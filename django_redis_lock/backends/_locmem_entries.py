@@ -65,10 +65,17 @@ class Entry:
         return len(self.holders) < limit and all(h.limit == limit for h in holders)
 
     def queued(self, owner: str, request: AcquireRequest) -> bool:
-        """Return whether ``owner`` is served in queue order: fair, or a reader behind a writer."""
+        """Return whether ``owner`` is served in queue order.
+
+        It is when fair, or when it would share the lock and a waiter asks for another limit
+        (a reader behind a writer).
+        """
         return bool(self.queue) and (
             request.fair
-            or any(w.limit < request.limit for o, w in self.queue.items() if o != owner)
+            or (
+                request.limit > 1
+                and any(w.limit != request.limit for o, w in self.queue.items() if o != owner)
+            )
         )
 
     def forget_registration(self, owner: str, *, unless_limit: int) -> None:

@@ -94,8 +94,9 @@ class BaseLockBackend(OptionRules):
         ``request.limit`` is the most owners that may hold the lock together with this one.
         Each hold keeps the limit it was taken under, and holders share the lock only with
         holders of the same limit, fewer than it: a writer (limit 1) holds alone, and readers
-        (an unbounded limit) share the lock with readers only. A newcomer does not pass a
-        live waiter that asks for a smaller limit (a reader does not pass a waiting writer).
+        (an unbounded limit) share the lock with readers only. A newcomer that would share the
+        lock does not pass a live waiter that asks for another limit (a reader does not pass
+        a waiting writer).
         A reentrant acquire asking for a smaller limit than its hold's takes nothing, and the
         result says ``stricter``.
 

@@ -36,11 +36,12 @@ def commands_run(stats: redis_py.Redis) -> dict[str, int]:
 def test_a_reader_among_readers__reads_no_record_but_one(
     own_backend: RedisBackend, stats: redis_py.Redis
 ) -> None:
-    # A read acquire and release among 1, 15 and 200 readers: the same commands.
+    # A read acquire and release among 2, 15 and 200 readers: the same commands. (Among 1,
+    # its release also sets the key to end with the lease of the reader it leaves alone.)
     assert own_backend.acquire("shared:warm-up", "me", READ).acquired
     assert own_backend.release("shared:warm-up", "me", LAST) == 0  # the server has the scripts
     commands: list[dict[str, int]] = []
-    for others in (1, 15, 200):
+    for others in (2, 15, 200):
         name = f"shared:readers-{others}"
         for n in range(others):
             assert own_backend.acquire(name, f"other-{n}", READ).acquired
@@ -84,6 +85,23 @@ def test_a_reader_whose_lease_ended__is_told_so_at_its_release(
     time.sleep(0.3)
     assert own_backend.release(name, "me", LAST) is None, "an ended lease is reported, not dropped"
     assert [info.owner for info in own_backend.lock_info(name)] == ["other"]
+
+
+def test_a_reader_left_alone__its_key_ends_with_its_lease(
+    own_backend: RedisBackend, stats: redis_py.Redis
+) -> None:
+    # The reader with the longer lease leaves; the one left alone is told, at its release,
+    # that its lease ended (the key no longer outlives it).
+    name = "shared:left-alone"
+    assert own_backend.acquire(name, "long", AcquireRequest(ttl=10, metadata=META, limit=SHARED))
+    short = AcquireRequest(ttl=0.2, metadata=META, limit=SHARED)
+    assert own_backend.acquire(name, "short", short).acquired
+    assert own_backend.release(name, "long", LAST) == 0
+    assert stats.pttl(own_backend.key(name)) <= 200
+    time.sleep(0.4)
+    assert own_backend.ttl(name, "short") is None
+    assert own_backend.release(name, "short", LAST) is None, "an ended lease is reported"
+    assert stats.exists(own_backend.key(name)) == 0
 
 
 def test_a_reader_leaves__a_longer_lease_keeps_the_key_alive(

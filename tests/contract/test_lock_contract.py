@@ -377,6 +377,22 @@ def test_limit__holders_share_only_with_holders_of_the_same_limit(
     assert backend.force_release(name) == 2
 
 
+@pytest.mark.needs("semaphores", "waiter_queue")
+def test_limit__newcomers_do_not_pass_a_waiter_of_another_limit(
+    using: str, backend: BaseLockBackend
+) -> None:
+    # Holders of limit 3 have room, but a limit 5 owner waits for them to leave: a newcomer of
+    # limit 3 does not join them past it, and the waiter is handed the lock at the release.
+    name = "contract:sem-waiting"
+    assert backend.acquire(name, "three", AcquireRequest(ttl=10, limit=3)).acquired
+    five = AcquireRequest(ttl=10, limit=5, wait=10)
+    assert not backend.acquire(name, "five", five).acquired
+    assert not backend.acquire(name, "newcomer", AcquireRequest(ttl=10, limit=3)).acquired
+    assert backend.release(name, "three") == 0
+    assert [i.owner for i in backend.iter_locks(name)] == ["five"]
+    assert backend.force_release(name) == 1
+
+
 @pytest.mark.needs("semaphores")
 def test_limit__a_dead_holder_slot_frees_when_its_lease_ends(
     using: str, backend: BaseLockBackend

@@ -65,7 +65,7 @@ class ClaimOnWake(Pipelined):
             pipe.execute_command(*command)
         try:
             pipe.execute()
-        except self.family.error as exc:
+        except (self.family.error, self.family.cluster_error) as exc:
             _not_woken(name, exc)
         return reply[1]
 
@@ -78,7 +78,7 @@ class ClaimOnWake(Pipelined):
             pipe.execute_command(*command)
         try:
             await pipe.execute()
-        except self.family.error as exc:
+        except (self.family.error, self.family.cluster_error) as exc:
             _not_woken(name, exc)
         return reply[1]
 
@@ -105,7 +105,7 @@ class ClaimOnWake(Pipelined):
                 pipe.execute_command(*command)
             try:
                 pipe.execute()
-            except self.family.error as exc:
+            except (self.family.error, self.family.cluster_error) as exc:
                 _not_passed_on(name, exc)
         return grant
 
@@ -120,7 +120,7 @@ class ClaimOnWake(Pipelined):
                 pipe.execute_command(*command)
             try:
                 await pipe.execute()
-            except self.family.error as exc:
+            except (self.family.error, self.family.cluster_error) as exc:
                 _not_passed_on(name, exc)
         return grant
 

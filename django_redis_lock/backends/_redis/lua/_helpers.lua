@@ -183,13 +183,14 @@ local function admits(limit)
   return count < limit
 end
 
--- Whether a live waiter other than owner asks for fewer holders than ``limit`` (a writer,
--- where a reader asks): a newcomer does not pass it, so readers never starve a writer.
-local function stricter_waiter(owner, limit)
+-- Whether a live waiter other than owner asks for another limit than ``limit`` (a writer,
+-- where a reader asks): a newcomer does not pass it, so readers never starve a writer, nor
+-- holders of one limit a waiter of another (holders share only under one limit, admits()).
+local function other_limit_waiting(owner, limit)
   local all = redis.call('HGETALL', K_waiters)
   for i = 1, #all, 2 do
     local ends, _, waiting_limit = string.match(all[i + 1], '^(%d+) (%d+) (%d+) ')
-    if all[i] ~= owner and ends and tonumber(ends) > now() and tonumber(waiting_limit) < limit then
+    if all[i] ~= owner and ends and tonumber(ends) > now() and tonumber(waiting_limit) ~= limit then
       return true
     end
   end

@@ -161,8 +161,9 @@ if registration and tonumber(string.match(registration, '^%d+ %d+ (%d+) ')) ~= l
   leave_queue(owner)
   waiting = redis.call('EXISTS', K_queue) == 1
 end
--- A reader queues behind a waiting writer as if it were fair, so writers never starve.
-local queued = waiting and (fair or (limit > 1 and stricter_waiter(owner, limit)))
+-- An owner that would share the lock queues behind a waiter of another limit as if it were
+-- fair: readers never starve a writer, nor holders of one limit a waiter of another.
+local queued = waiting and (fair or (limit > 1 and other_limit_waiting(owner, limit)))
 if queued then
   -- Free slots go to the longest-waiting live owners, this one perhaps among them.
   if wait_ms > 0 then

@@ -17,13 +17,25 @@ if ARGV[3] == '1' and ARGV[4] == '0' and redis.call('EXISTS', K_queue) == 0 then
     return 0
   end
   -- One of several (a reader, a semaphore's holder) drops its record alone, if its lease
-  -- lives, whatever the number of holders: the key keeps its expiry, and the records of
-  -- leases that ended meanwhile stay until it comes, or the next slow path drops them.
+  -- lives, whatever the number of holders: the records of leases that ended meanwhile stay
+  -- until the key expires, or the next slow path drops them. The key keeps its expiry, but
+  -- for one holder left, whose key must end with its lease (see the prelude).
   if #fields == 2 then
     local text = redis.call('HGET', K_holders, owner)
     local clock = redis.call('TIME')
-    if text and tonumber(string.match(text, '^%d+')) > clock[1] * 1000 + clock[2] / 1000 then
+    local now_ms = clock[1] * 1000 + clock[2] / 1000
+    if text and tonumber(string.match(text, '^%d+')) > now_ms then
       redis.call('HDEL', K_holders, owner)
+      if redis.call('HLEN', K_holders) == 1 then
+        -- The two fields drawn were all there were: the other one is left.
+        local left = redis.call('HGET', K_holders, fields[1] == owner and fields[2] or fields[1])
+        local ends = tonumber(string.match(left, '^%d+'))
+        if ends > now_ms then
+          redis.call('PEXPIREAT', K_holders, digits(ends - 1))
+        else
+          redis.call('DEL', K_holders)
+        end
+      end
       return 0
     end
   end
