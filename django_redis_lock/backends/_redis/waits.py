@@ -22,7 +22,7 @@ and a grant not claimed within a second has ended by then, to be handed on or ta
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import redis
@@ -30,13 +30,16 @@ import redis.asyncio
 
 from ..base import AcquireRequest, AcquireResult, Grant
 from .loops import PerLoop
-from .protocol import acquire_args, acquired, ms, send_together, wake_up_call
+from .protocol import acquire_args, acquired, send_together, wake_up_call
 from .renew import Pipelined
 from .scripts import WAKE
 
 __all__ = ["ClaimOnWake"]
 
 logger = logging.getLogger("django_redis_lock")
+
+#: What logs a wake-up call that could not be pushed: ``failed(lock name, error)``.
+_Failed = Callable[[str, Exception], None]
 
 
 class ClaimOnWake(Pipelined):
@@ -60,34 +63,15 @@ class ClaimOnWake(Pipelined):
         """Return a script's reply, first waking the owners it handed lock ``name`` to."""
         if not _hands_over(reply):
             return reply
-        pipe: Any = self.client.pipeline(transaction=False)
-        for command in self._wake_commands(name, reply):
-            pipe.execute_command(*command)
-        try:
-            pipe.execute()
-        except (self.family.error, self.family.cluster_error) as exc:
-            _not_woken(name, exc)
+        self._push(name, _handed(reply), _not_woken)
         return reply[1]
 
     async def awake(self, name: str, reply: Any, client: redis.asyncio.Redis) -> Any:
         """Do what :meth:`wake` does, through the running event loop's ``client``."""
         if not _hands_over(reply):
             return reply
-        pipe = client.pipeline(transaction=False)
-        for command in self._wake_commands(name, reply):
-            pipe.execute_command(*command)
-        try:
-            await pipe.execute()
-        except (self.family.error, self.family.cluster_error) as exc:
-            _not_woken(name, exc)
+        await self._apush(name, _handed(reply), _not_woken, client)
         return reply[1]
-
-    def _wake_commands(self, name: str, reply: list[Any]) -> Iterator[tuple[Any, ...]]:
-        # Each owner's call pushed to its own list, which ends with the grant (see handoff()).
-        for owner, call in zip(reply[2::2], reply[3::2], strict=True):
-            key = self.key(name, f"s:{owner.decode() if isinstance(owner, bytes) else owner}")
-            yield ("RPUSH", key, call)
-            yield ("PEXPIRE", key, call.split()[1])
 
     def wait_keys(self, name: str, owner: str) -> tuple[str, str]:
         """Return the lists ``owner`` waits on for lock ``name``: its own, the wake-up list."""
@@ -98,42 +82,57 @@ class ClaimOnWake(Pipelined):
 
         A call for another owner is pushed on to that owner's own list.
         """
-        grant, commands = self._passing_on(name, owner, reply)
-        if commands:
-            pipe: Any = self.client.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            try:
-                pipe.execute()
-            except (self.family.error, self.family.cluster_error) as exc:
-                _not_passed_on(name, exc)
-        return grant
+        call = None if isinstance(reply, Exception) else wake_up_call(reply)
+        if call is None or call[0] == owner:
+            return None if call is None else call[1]
+        self._push(name, [(call[0], reply[1])], _not_passed_on)
+        return None
 
     async def apass_on(
         self, name: str, owner: str, reply: Any, client: redis.asyncio.Redis
     ) -> Grant | None:
         """Do what :meth:`pass_on` does, through the running event loop's ``client``."""
-        grant, commands = self._passing_on(name, owner, reply)
-        if commands:
-            pipe = client.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            try:
-                await pipe.execute()
-            except (self.family.error, self.family.cluster_error) as exc:
-                _not_passed_on(name, exc)
-        return grant
-
-    def _passing_on(
-        self, name: str, owner: str, reply: Any
-    ) -> tuple[Grant | None, list[tuple[Any, ...]]]:
-        # The grant ``reply`` brought ``owner``, or the commands that pass the call on to the
-        # owner it is for: its own list, which lives as long as the grant.
         call = None if isinstance(reply, Exception) else wake_up_call(reply)
         if call is None or call[0] == owner:
-            return (None if call is None else call[1]), []
-        key = self.key(name, f"s:{call[0]}")
-        return None, [("RPUSH", key, reply[1]), ("PEXPIRE", key, ms(call[1].lease))]
+            return None if call is None else call[1]
+        await self._apush(name, [(call[0], reply[1])], _not_passed_on, client)
+        return None
+
+    def _push(self, name: str, calls: Iterable[tuple[str, bytes]], failed: _Failed) -> None:
+        # Each call to its owner's own list, in one pipeline; a failure is logged (see below).
+        pipe: Any = self.client.pipeline(transaction=False)
+        for command in self._own_list_pushes(name, calls):
+            pipe.execute_command(*command)
+        try:
+            pipe.execute()
+        except (self.family.error, self.family.cluster_error) as exc:
+            failed(name, exc)
+
+    async def _apush(
+        self,
+        name: str,
+        calls: Iterable[tuple[str, bytes]],
+        failed: _Failed,
+        client: redis.asyncio.Redis,
+    ) -> None:
+        # _push() through the running event loop's ``client``.
+        pipe = client.pipeline(transaction=False)
+        for command in self._own_list_pushes(name, calls):
+            pipe.execute_command(*command)
+        try:
+            await pipe.execute()
+        except (self.family.error, self.family.cluster_error) as exc:
+            failed(name, exc)
+
+    def _own_list_pushes(
+        self, name: str, calls: Iterable[tuple[str, bytes]]
+    ) -> Iterator[tuple[Any, ...]]:
+        # Each (owner, call) pushed to the owner's own list, which ends with the grant: a call
+        # is "<fencing token> <grant ms> <owner>" (see handoff() in the helpers).
+        for owner, call in calls:
+            key = self.key(name, f"s:{owner}")
+            yield ("RPUSH", key, call)
+            yield ("PEXPIRE", key, call.split()[1])
 
     def wait_and_claim(
         self, name: str, owner: str, timeout: float, request: AcquireRequest
@@ -214,6 +213,12 @@ def _not_woken(name: str, exc: Exception) -> None:
         name,
         exc,
     )
+
+
+def _handed(reply: list[Any]) -> Iterator[tuple[str, bytes]]:
+    # The (owner, call) pairs a script's reply hands the lock to (reply() in the helpers).
+    for owner, call in zip(reply[2::2], reply[3::2], strict=True):
+        yield (owner.decode() if isinstance(owner, bytes) else owner), call
 
 
 def _hands_over(reply: Any) -> bool:

@@ -7,7 +7,7 @@ local clock_ms, clock_us
 local function now()
   if not clock_ms then
     local clock = redis.call('TIME')
-    clock_ms = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+    clock_ms = ms_of(clock)
     clock_us = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
   end
   return clock_ms

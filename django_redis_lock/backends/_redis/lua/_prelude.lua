@@ -38,3 +38,8 @@ local function digits(n)
   local high = math.floor(n / 1000000000)
   return string.format('%d%09d', high, n - high * 1000000000)
 end
+
+-- The server's clock in whole milliseconds, from the reply of TIME.
+local function ms_of(clock)
+  return tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+end

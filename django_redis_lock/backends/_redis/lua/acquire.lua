@@ -82,7 +82,7 @@ if (flags == 'c' or flags == 'fc') and ARGV[5] == '0' and ARGV[8] == '0' and att
       string.match(text, '^(%d+) (%d+) (%d+) %d+ (%d+) (%S*) ')
   end
   local clock = ends and held_attempt == attempt and limit == ARGV[3] and redis.call('TIME')
-  local now_ms = clock and tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local now_ms = clock and ms_of(clock)
   if clock and tonumber(ends) > now_ms then
     local lasts = math.max(tonumber(ends), now_ms + tonumber(ARGV[2]))
     redis.call('HSET', K_holders, owner, digits(lasts) .. string.sub(text, #ends + 1))

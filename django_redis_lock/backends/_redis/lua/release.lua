@@ -22,8 +22,7 @@ if ARGV[3] == '1' and ARGV[4] == '0' and redis.call('EXISTS', K_queue) == 0 then
   -- for one holder left, whose key must end with its lease (see the prelude).
   if #fields == 2 then
     local text = redis.call('HGET', K_holders, owner)
-    local clock = redis.call('TIME')
-    local now_ms = clock[1] * 1000 + clock[2] / 1000
+    local now_ms = ms_of(redis.call('TIME'))
     if text and tonumber(string.match(text, '^%d+')) > now_ms then
       redis.call('HDEL', K_holders, owner)
       if redis.call('HLEN', K_holders) == 1 then
