@@ -11,11 +11,13 @@ from .exceptions import (
     LockNotAcquiredError,
     LockNotOwnedError,
     LockUpgradeError,
+    RateLimitExceededError,
 )
 from .handler import locks
 from .leader import Campaign, Term, leader
 from .lock import AsyncLock, Lock, alock, lock
 from .multilock import AsyncMultiLock, MultiLock, alock_all, lock_all
+from .ratelimit import AsyncRateLimit, RateLimit, arate_limit, rate_limit
 from .rwlock import AsyncReadWriteLock, ReadWriteLock, arwlock, rwlock
 
 __version__ = "0.1.0.dev0"
@@ -23,6 +25,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AsyncLock",
     "AsyncMultiLock",
+    "AsyncRateLimit",
     "AsyncReadWriteLock",
     "BackendUnavailableError",
     "Campaign",
@@ -37,14 +40,18 @@ __all__ = [
     "LockNotOwnedError",
     "LockUpgradeError",
     "MultiLock",
+    "RateLimit",
+    "RateLimitExceededError",
     "ReadWriteLock",
     "Term",
     "alock",
     "alock_all",
+    "arate_limit",
     "arwlock",
     "leader",
     "lock",
     "lock_all",
     "locks",
+    "rate_limit",
     "rwlock",
 ]

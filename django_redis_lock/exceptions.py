@@ -6,7 +6,8 @@ all. Configuration mistakes are different: they derive from Django's
 
     LockError                       a lock operation failed (carries ``lock_name``)
     ├── LockNotAcquiredError        a ``with`` block could not acquire (in time)
-    │   └── DuplicateTaskError      a task with the same key is queued or running already
+    │   ├── DuplicateTaskError      a task with the same key is queued or running already
+    │   └── RateLimitExceededError  a rate limit had no room in time (carries ``retry_after``)
     ├── LockNotOwnedError           release/extend by an owner that does not hold the lock
     ├── LockLostError               the lease ended (or was taken) while the holder worked
     ├── LockUpgradeError            a reader asked to write while reading (also a RuntimeError)
@@ -33,6 +34,7 @@ __all__ = [
     "LockNotAcquiredError",
     "LockNotOwnedError",
     "LockUpgradeError",
+    "RateLimitExceededError",
 ]
 
 
@@ -59,6 +61,18 @@ class DuplicateTaskError(LockNotAcquiredError):
     ) -> None:
         super().__init__(message, lock_name=lock_name)
         self.task_id = task_id
+
+
+class RateLimitExceededError(LockNotAcquiredError):
+    """A rate limit had no room for a hit in time: nothing was counted.
+
+    ``retry_after`` is the seconds until a slot frees, as the backend saw it (a hit of another
+    process may take it first).
+    """
+
+    def __init__(self, message: str, *, lock_name: str | None = None, retry_after: float) -> None:
+        super().__init__(message, lock_name=lock_name)
+        self.retry_after = retry_after
 
 
 class LockNotOwnedError(LockError):

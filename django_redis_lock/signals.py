@@ -13,6 +13,10 @@ owner token) and ``fencing_token``. Then:
 ``lock_lost``
     ``held_for`` and ``reason`` (a sentence). Sent once per lost hold, from the thread that
     found out: the renewal thread, or the one that released.
+``rate_limited``
+    Sent with ``sender`` the :class:`~django_redis_lock.RateLimit` class and ``rate_limit``
+    (the handle), ``name``, ``using``, ``cost`` and ``retry_after`` (seconds until a slot
+    frees), when a hit was refused: it found no room, or none within its timeout.
 
 Signals are sent robustly: a receiver that raises is logged (ERROR, logger
 ``django_redis_lock``) and never changes what the lock does.
@@ -22,8 +26,9 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-__all__ = ["lock_acquired", "lock_lost", "lock_released"]
+__all__ = ["lock_acquired", "lock_lost", "lock_released", "rate_limited"]
 
 lock_acquired = Signal()
 lock_released = Signal()
 lock_lost = Signal()
+rate_limited = Signal()

@@ -32,7 +32,7 @@ from .renewal import Lease
 if TYPE_CHECKING:
     from ..backends.base import BaseLockBackend
 
-__all__ = ["Hold", "Holder", "held", "known_holds"]
+__all__ = ["Hold", "Holder", "held", "known_holds", "send"]
 
 
 class Holder(Protocol):
@@ -134,18 +134,26 @@ class Hold:
             "fencing_token": self.fencing_token,
             **extra,
         }
-        if _has_async_receivers(signal, type(lock)):
-            # Django cannot run async receivers from an event loop's own thread in send():
-            # there, a task on the loop sends the signal, just after the event.
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                pass
-            else:
-                task = keep_until_done(loop.create_task(signal.asend_robust(**arguments)))
-                task.add_done_callback(functools.partial(_sent, lock.name))
-                return
-        _log_failures(lock.name, signal.send_robust(**arguments))
+        send(signal, lock.name, arguments)
+
+
+def send(signal: Signal, name: str, arguments: dict[str, Any]) -> None:
+    """Send ``signal`` with ``arguments`` robustly: a receiver that raises is logged.
+
+    ``name`` is the lock's (or rate limit's), for the log line.
+    """
+    if _has_async_receivers(signal, arguments["sender"]):
+        # Django cannot run async receivers from an event loop's own thread in send():
+        # there, a task on the loop sends the signal, just after the event.
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            task = keep_until_done(loop.create_task(signal.asend_robust(**arguments)))
+            task.add_done_callback(functools.partial(_sent, name))
+            return
+    _log_failures(name, signal.send_robust(**arguments))
 
 
 #: Every hold of this process: (backend, lock name, owner) -> Hold.
@@ -178,7 +186,7 @@ def _log_failures(name: str, replies: Sequence[tuple[object, object]]) -> None:
     for receiver, reply in replies:
         if isinstance(reply, Exception):
             logger.error(
-                "A receiver of a lock signal failed for lock %r: %r",
+                "A receiver of a lock signal failed for %r: %r",
                 name,
                 receiver,
                 exc_info=reply,

@@ -75,6 +75,9 @@ class Observer:
     def renewed(self, backend: BaseLockBackend, leases: int, seconds: float, ok: bool) -> None:
         """A renewal round trip for ``leases`` leases took ``seconds`` (``ok``: it answered)."""
 
+    def rate_limited(self, using: str, name: str, admitted: bool) -> None:
+        """A rate limit's answer to one hit: admitted, or refused (the caller gave up on it)."""
+
 
 #: The observers; empty by default.
 observers: list[Observer] = []

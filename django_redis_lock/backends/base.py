@@ -17,6 +17,7 @@ from ._glob import glob_escape, glob_to_regex
 from ._holder import holder_metadata, parse_holder_metadata
 from ._info import LockInfo, WaiterInfo
 from ._options import OptionRules, Problem
+from ._rate_limits import Admission, Rate, RateLimitInfo, RateLimitPrimitives
 from ._requests import (
     SHARED,
     AcquireAllResult,
@@ -32,10 +33,13 @@ __all__ = [
     "AcquireAllResult",
     "AcquireRequest",
     "AcquireResult",
+    "Admission",
     "BaseLockBackend",
     "Grant",
     "LockInfo",
     "Problem",
+    "Rate",
+    "RateLimitInfo",
     "ReleaseRequest",
     "WaiterInfo",
     "glob_escape",
@@ -45,7 +49,7 @@ __all__ = [
 ]
 
 
-class BaseLockBackend(OptionRules):
+class BaseLockBackend(RateLimitPrimitives, OptionRules):
     """Base class of lock backends; subclasses provide the primitives below.
 
     Durations are seconds as floats (millisecond precision) everywhere in this API.

@@ -20,6 +20,8 @@ from dataclasses import replace
 from typing import ClassVar
 
 from ._locmem_entries import CLAIM_SECONDS, Entry, Holder, Waiter
+from ._locmem_windows import RateWindows
+from ._rate_limits import Admission, Rate, RateLimitInfo
 from .base import (
     MIN_HOLD_PREFIX,
     AcquireAllResult,
@@ -50,6 +52,7 @@ class LocMemBackend(BaseLockBackend):
         self._changed = threading.Condition()
         # Asyncio waiters, woken through their own loop when a lock is handed to them.
         self._async_waiters: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._rates = RateWindows()
 
     @property
     def location(self) -> str:
@@ -358,6 +361,16 @@ class LocMemBackend(BaseLockBackend):
                 self._tidy(name, entry)
         yield from infos
 
+    def admit(self, name: str, rates: Sequence[Rate], cost: int = 1) -> Admission:
+        with self._changed:
+            admission = self._rates.admit(name, rates, cost, _ms(time.monotonic()))
+            return replace(admission, at=time.time()) if admission.admitted else admission
+
+    def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
+        with self._changed:
+            infos = list(self._rates.infos(pattern, _ms(time.monotonic())))
+        yield from infos
+
     def waiters(self, name: str) -> list[WaiterInfo]:
         with self._changed:
             now, wall = time.monotonic(), time.time()
@@ -365,6 +378,10 @@ class LocMemBackend(BaseLockBackend):
             found = entry.waiter_infos(name, now, wall)
             self._tidy(name, entry)
         return found
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

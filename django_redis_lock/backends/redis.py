@@ -51,6 +51,7 @@ from ._redis.protocol import (
 from ._redis.replicas import replica_problems, replicated, unreplicated
 from ._redis.scripts import Scripts
 from ._redis.waits import ClaimOnWake
+from ._redis.windows import RedisRateLimits
 from .base import (
     AcquireAllResult,
     AcquireRequest,
@@ -70,7 +71,7 @@ logger = logging.getLogger("django_redis_lock")
 _Won = TypeVar("_Won", AcquireResult, Grant)
 
 
-class RedisBackend(ClaimOnWake):
+class RedisBackend(ClaimOnWake, RedisRateLimits):
     """Locks stored on one Redis server.
 
     OPTIONS: ``url`` (``redis://``, ``rediss://``, ``unix://``, ``valkey://`` or

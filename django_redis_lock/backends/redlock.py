@@ -34,10 +34,12 @@ from .base import (
     SHARED,
     AcquireRequest,
     AcquireResult,
+    Admission,
     BaseLockBackend,
     Grant,
     LockInfo,
     Problem,
+    Rate,
     ReleaseRequest,
 )
 from .redis import RedisBackend
@@ -368,6 +370,14 @@ class RedlockBackend(BaseLockBackend):
 
     async def aclose(self) -> None:
         await asyncio.gather(*(node.aclose() for node in self.nodes))
+
+    def admit(self, name: str, rates: Sequence[Rate], cost: int = 1) -> Admission:
+        raise InvalidLockArgumentError(
+            "RedlockBackend keeps no rate limits: hits counted on independent masters do not "
+            "bound the hits across majorities. Pass rate_limit() the alias of a RedisBackend "
+            "or RedisClusterBackend (using=...).",
+            lock_name=name,
+        )
 
     # Listing ---------------------------------------------------------------------------------
 

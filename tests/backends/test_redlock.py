@@ -24,6 +24,7 @@ from django_redis_lock import (
     alock,
     lock,
     locks,
+    rate_limit,
     rwlock,
 )
 from django_redis_lock.backends.base import AcquireRequest, holder_metadata
@@ -587,3 +588,10 @@ def test_waiters__redlock_keeps_no_queue_and_lists_none(redlock: RedlockBackend)
         assert redlock.waiters("nobody-queues") == []
         assert [info.waiting for info in redlock.lock_info("nobody-queues")] == [0]
         waiter.join(5)
+
+
+def test_rate_limit__refused_saying_why(redlock: RedlockBackend) -> None:
+    # Hits counted on independent masters would not bound the hits across majorities.
+    with pytest.raises(InvalidLockArgumentError, match="RedlockBackend keeps no rate limits"):
+        rate_limit("rl:redlock", "1/s", using="redlock").acquire()
+    assert list(redlock.iter_rate_limits()) == []

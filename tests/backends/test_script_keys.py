@@ -23,7 +23,7 @@ import pytest
 import redis as redis_py
 from django.test import override_settings
 
-from django_redis_lock import alock, leader, lock, lock_all, locks, rwlock
+from django_redis_lock import alock, leader, lock, lock_all, locks, rate_limit, rwlock
 from django_redis_lock.backends.base import AcquireRequest
 from django_redis_lock.celery.beat import CLAIM
 from tests.support.helpers import eventually, in_thread, locks_setting, queued
@@ -221,6 +221,12 @@ def leader_election(using: str) -> None:
         assert campaign.leader() is not None
 
 
+def rate_limits(using: str) -> None:
+    handle = rate_limit("keys:rate", ["2/s", "5/m"], using=using, blocking=False)
+    assert [handle.acquire() for _ in range(3)] == [True, True, False]
+    assert handle.acquire(cost=2) is False
+
+
 WORKLOADS = [
     plain_locks,
     handoff,
@@ -230,6 +236,7 @@ WORKLOADS = [
     all_or_nothing,
     asyncio_waiters,
     leader_election,
+    rate_limits,
 ]
 
 

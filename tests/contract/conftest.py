@@ -29,6 +29,7 @@ CAPABILITIES = {
     "fair_order": "fair=True serves waiters in the order they came",
     "processes": "locks are shared by every process that uses the backend",
     "read_write": "rwlock(): readers share the lock, and a waiting writer stops new readers",
+    "rate_limits": "rate_limit(): at most N hits in any window of a period",
 }
 
 
@@ -63,6 +64,8 @@ BACKENDS = {
             "first-come-first-served order (docs/backends.rst)",
             "read_write": "Redlock refuses read-write locks: without a queue, a waiting writer "
             "cannot stop new readers, and would starve (docs/locks.rst)",
+            "rate_limits": "Redlock keeps no rate limits: hits counted on independent masters "
+            "do not bound the hits across majorities (docs/ratelimits.rst)",
         },
     ),
 }

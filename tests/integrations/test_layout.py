@@ -42,6 +42,7 @@ ROOT_MODULES = {
     "mixins",
     "models",
     "multilock",
+    "ratelimit",
     "rwlock",
     "signals",
 }

@@ -20,10 +20,12 @@ SCRIPT_NAMES = (
     "ttl",
     "force_release",
     "withdraw",
+    "rate",
 )
 
 #: How many of a lock's keys each script is given (``lua/_prelude.lua`` lists them in order):
-#: every key it touches. acquire_all is given this many for each of its locks.
+#: every key it touches. acquire_all is given this many for each of its locks. (rate.lua, which
+#: keeps rate limits, not locks, is given one key per rate: ``RedisRateLimits.rate_keys()``.)
 KEY_COUNTS = {
     "acquire": 6,
     "acquire_all": 6,

@@ -1,0 +1,93 @@
+"""Rate limits in one process's memory, for :class:`~.locmem.LocMemBackend`.
+
+The same buckets as on Redis (``_redis/lua/rate.lua``, described in ``_rate_limits.py``), kept in a
+dict on the clock LocMem reads; the caller holds LocMem's lock around every call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ._glob import glob_to_regex
+from ._rate_limits import Admission, Rate, RateLimitInfo
+
+__all__ = ["RateWindows"]
+
+
+@dataclass
+class _Window:
+    """One rate's buckets: ``[latest hit ms, weight]``, oldest first, all in the window."""
+
+    limit: int
+    buckets: deque[list[int]] = field(default_factory=deque)
+
+    def drop_left(self, period_ms: int, now: int) -> None:
+        while self.buckets and self.buckets[0][0] + period_ms <= now:
+            self.buckets.popleft()
+
+    def used(self) -> int:
+        return sum(weight for _, weight in self.buckets)
+
+    def free_in(self, cost: int, period_ms: int, now: int) -> int:
+        """Return the ms until the window has room for ``cost`` (0: now)."""
+        excess = self.used() + cost - self.limit
+        for latest, weight in self.buckets:
+            if excess <= 0:
+                break
+            excess -= weight
+            if excess <= 0:
+                return latest + period_ms - now
+        return 0
+
+
+class RateWindows:
+    """Every rate limit's windows, by name and period (ms)."""
+
+    def __init__(self) -> None:
+        self._windows: dict[str, dict[int, _Window]] = {}
+
+    def admit(self, name: str, rates: Sequence[Rate], cost: int, now: int) -> Admission:
+        """Admit a hit of weight ``cost`` at ``now`` (ms) if every rate has room."""
+        windows = self._windows.setdefault(name, {})
+        wait, waiting = 0, rates[0]
+        for rate in rates:
+            window = windows.setdefault(rate.period_ms, _Window(rate.limit))
+            window.limit = rate.limit
+            window.drop_left(rate.period_ms, now)
+            free_in = window.free_in(cost, rate.period_ms, now)
+            if free_in > wait:
+                wait, waiting = free_in, rate
+        if wait > 0:
+            self._tidy(name)
+            return Admission(False, retry_after=wait / 1000, rate=waiting)
+        for rate in rates:
+            buckets = windows[rate.period_ms].buckets
+            # Recorded at the ms after its own: in the window a whole period (see rate.lua).
+            latest = max(now + 1, buckets[-1][0]) if buckets else now + 1
+            if buckets and buckets[-1][0] // rate.granule_ms == latest // rate.granule_ms:
+                buckets[-1] = [latest, buckets[-1][1] + cost]
+            else:
+                buckets.append([latest, cost])
+        return Admission(True)
+
+    def infos(self, pattern: str, now: int) -> Iterator[RateLimitInfo]:
+        """Yield each rate of each rate limit whose name matches ``pattern``, at ``now``."""
+        regex = glob_to_regex(pattern)
+        for name in list(self._windows):
+            for period_ms, window in self._windows[name].items():
+                window.drop_left(period_ms, now)
+                if window.buckets and regex.match(name):
+                    free_in = window.free_in(1, period_ms, now) / 1000
+                    rate = Rate(window.limit, period_ms / 1000)
+                    yield RateLimitInfo(name, rate, window.used(), free_in)
+            self._tidy(name)
+
+    def _tidy(self, name: str) -> None:
+        # Nothing is kept of a rate limit whose windows are all empty.
+        windows = self._windows[name]
+        for period_ms in [p for p, window in windows.items() if not window.buckets]:
+            del windows[period_ms]
+        if not windows:
+            del self._windows[name]

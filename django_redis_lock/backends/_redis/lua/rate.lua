@@ -1,0 +1,79 @@
+-- Admit one hit to a rate limit if every one of its rates has room (see backends/_rate_limits.py).
+-- KEYS[i] <prefix>:{=name}:r:<period ms>  list, one per rate: the buckets of hits in the
+--         rate's window, oldest first, each "<latest hit ms> <cumulative weight> <limit>".
+--         The first entry is the base, a bucket that has left the window already (or
+--         "0 0 <limit>"): the weight in the window is the last entry's cumulative weight less
+--         the base's. The key expires a period after the latest hit.
+-- ARGV[1] the hit's weight; then, for rate i, ARGV[3i - 1] its limit, ARGV[3i] its period (ms),
+--         ARGV[3i + 1] its granule (ms): hits in one granule-long slice of time share a bucket
+-- Returns {1, seconds, microseconds}: admitted, at that time on the server's clock;
+--         {0, ms until every rate has room for the hit, the index of the rate that waits longest}
+local cost = tonumber(ARGV[1])
+local clock = redis.call('TIME')
+-- A hit is recorded at the millisecond after its own (never before it, so it stays in the
+-- window a whole period), and a bucket has left the window when a period has passed since.
+local now = ms_of(clock)
+local stamp = now + 1
+
+local function parsed(entry)
+  local latest, total = string.match(entry, '^(%d+) (%d+)')
+  return tonumber(latest), tonumber(total)
+end
+
+local wait, waiting = 0, 0
+local tops = {}
+for i, key in ipairs(KEYS) do
+  local limit, period = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
+  -- Drop the buckets that left the window: the newest of them becomes the base.
+  local second = redis.call('LINDEX', key, 1)
+  while second and parsed(second) + period <= now do
+    redis.call('LPOP', key)
+    second = redis.call('LINDEX', key, 1)
+  end
+  local base, top = 0, 0
+  local first = redis.call('LINDEX', key, 0)
+  if first then
+    local _, base_total = parsed(first)
+    local last = redis.call('LINDEX', key, -1)
+    local top_latest, top_total = parsed(last)
+    base, top = base_total, top_total
+    tops[i] = {top_latest, top_total}
+  end
+  if top - base + cost > limit then
+    -- The hit waits until enough of the oldest buckets have left the window.
+    local needed = top + cost - limit
+    for _, entry in ipairs(redis.call('LRANGE', key, 1, -1)) do
+      local latest, total = parsed(entry)
+      if total >= needed then
+        if latest + period - now > wait then
+          wait, waiting = latest + period - now, i
+        end
+        break
+      end
+    end
+  end
+end
+if waiting > 0 then
+  return {0, wait, waiting}
+end
+
+for i, key in ipairs(KEYS) do
+  local limit, period, granule = ARGV[3 * i - 1], tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
+  local top = tops[i]
+  if not top then
+    redis.call('RPUSH', key, '0 0 ' .. limit, digits(stamp) .. ' ' .. cost .. ' ' .. limit)
+    top = {stamp, 0}
+  else
+    -- A clock that stepped back never makes a hit older than the latest one recorded.
+    local latest = math.max(stamp, top[1])
+    local entry = digits(latest) .. ' ' .. digits(top[2] + cost) .. ' ' .. limit
+    if math.floor(top[1] / granule) == math.floor(latest / granule) then
+      redis.call('LSET', key, -1, entry)
+    else
+      redis.call('RPUSH', key, entry)
+    end
+    top = {latest, 0}
+  end
+  redis.call('PEXPIRE', key, top[1] + period - now)
+end
+return {1, tonumber(clock[1]), tonumber(clock[2])}

@@ -1,0 +1,109 @@
+"""Rate limits on Redis: one script (``lua/rate.lua``) per admission, one list per rate.
+
+A rate limit's keys carry the hash tag ``{=name}``, as a lock's do, so every rate of one rate
+limit is in one Redis Cluster slot and one script admits a hit to all of them at once:
+``<prefix>:{=name}:r:<period ms>``. Listing finds them with ``SCAN`` (never ``KEYS``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import redis.asyncio
+
+from .._rate_limits import Admission, Rate, RateLimitInfo
+from ..base import glob_escape
+from .keys import RedisKeyspace
+from .loops import PerLoop
+from .scripts import Scripts
+
+__all__ = ["RedisRateLimits"]
+
+_RATE = "}:r:"
+
+
+class RedisRateLimits(RedisKeyspace):
+    """Rate limits on the backend's Redis, through ``lua/rate.lua``."""
+
+    _scripts: Scripts
+    _async_clients: PerLoop[redis.asyncio.Redis]
+
+    def rate_keys(self, name: str, rates: Sequence[Rate]) -> list[str]:
+        """Return the keys of ``rates`` of rate limit ``name``: one list per rate."""
+        return [f"{self.key_prefix}:{{={name}{_RATE}{rate.period_ms}" for rate in rates]
+
+    def admit(self, name: str, rates: Sequence[Rate], cost: int = 1) -> Admission:
+        args = _admit_args(rates, cost)
+        with self._errors(name):
+            reply = self._scripts.run(
+                self.client.execute_command, "rate", self.rate_keys(name, rates), args
+            )
+        return _admission(reply, rates)
+
+    async def aadmit(self, name: str, rates: Sequence[Rate], cost: int = 1) -> Admission:
+        client = await self._async_clients.get()
+        args = _admit_args(rates, cost)
+        with self._errors(name):
+            reply = await self._scripts.arun(
+                client.execute_command, "rate", self.rate_keys(name, rates), args
+            )
+        return _admission(reply, rates)
+
+    def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
+        match = f"{glob_escape(self.key_prefix)}:{{={pattern}{_RATE}*"
+        with self._errors(None):
+            keys = [
+                key if isinstance(key, bytes) else key.encode()
+                for key in self.client.scan_iter(match=match, count=500, _type="list")
+            ]
+            for start in range(0, len(keys), 500):
+                yield from self._read_rates(keys[start : start + 500])
+
+    def _read_rates(self, keys: list[bytes]) -> Iterator[RateLimitInfo]:
+        seconds, micros = self.client.time()
+        now = seconds * 1000 + micros // 1000
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.lrange(key, 0, -1)
+        for key, entries in zip(keys, pipe.execute(), strict=True):
+            text = key.decode("utf-8")
+            name, _, period = text[len(self.key_prefix) + 3 :].rpartition(_RATE)
+            if entries and period.isdigit():
+                yield _info(name, int(period), [_entry(e) for e in entries], now)
+
+
+def _admit_args(rates: Sequence[Rate], cost: int) -> list[int]:
+    # rate.lua's ARGV: the weight, then each rate's limit, period and granule.
+    args = [cost]
+    for rate in rates:
+        args += [rate.limit, rate.period_ms, rate.granule_ms]
+    return args
+
+
+def _admission(reply: list[Any], rates: Sequence[Rate]) -> Admission:
+    if reply[0] == 1:
+        return Admission(True, at=int(reply[1]) + int(reply[2]) / 1_000_000)
+    return Admission(False, retry_after=int(reply[1]) / 1000, rate=rates[int(reply[2]) - 1])
+
+
+def _entry(entry: bytes) -> tuple[int, int, int]:
+    latest, total, limit = entry.split(b" ")
+    return int(latest), int(total), int(limit)
+
+
+def _info(
+    name: str, period_ms: int, entries: list[tuple[int, int, int]], now: int
+) -> RateLimitInfo:
+    """Return how much of a rate's window is used at ``now``, from its list (``rate.lua``)."""
+    live = [entry for entry in entries[1:] if entry[0] + period_ms > now]
+    left = [entry for entry in entries if entry[0] + period_ms <= now]
+    base = left[-1][1] if left else entries[0][1]
+    limit, top = entries[-1][2], entries[-1][1]
+    used = top - base if live else 0
+    free_in = 0.0
+    if used + 1 > limit:
+        needed = top + 1 - limit
+        first = next(entry for entry in live if entry[1] >= needed)
+        free_in = (first[0] + period_ms - now) / 1000
+    return RateLimitInfo(name, Rate(limit, period_ms / 1000), used, free_in)
