@@ -35,11 +35,15 @@ names:
    most readers inside at once, and the Redis CPU per cycle (``readers.py``);
 9. one Redis core's ceiling: 64 processes each cycling a lock of its own name, for
    django-redis-lock and redis-py: cycles per second, how busy the server was, its CPU per
-   cycle, and the cycles per second one busy core would serve (``ceiling.py``).
+   cycle, and the cycles per second one busy core would serve (``ceiling.py``);
+10. rate limits: the server time of an admitted and of a refused hit beside a lock cycle's,
+   16 processes on one hot key (admissions per second, and the ceiling of one busy core), and
+   the bytes of one key at its fullest, for ``"10/s"`` and ``"50000/d"`` (``rate_limits.py``).
 
 Then it checks django-redis-lock's targets (``report.py``). Progress goes to stderr, the
 report (or ``--json``) to stdout; ``--plot DIR`` also writes the curves as SVG charts
-(``plot.py``). ``--listing N`` runs instead the listing benchmark alone, over ``N`` locks,
+(``plot.py``). ``--rate-limits`` runs benchmark 10 alone. ``--listing N`` runs instead the listing
+benchmark alone, over ``N`` locks,
 with more figures. ``--metrics`` runs instead the uncontended cycles with the Prometheus
 metrics off and on, taking turns, and prints the overhead (``metrics_overhead.py``; target
 under 3 %). The default run takes about 6 minutes; ``--quick`` under two. Worker
@@ -62,6 +66,7 @@ import footprint
 import handoff
 import listing
 import metrics_overhead
+import rate_limits
 import readers
 import redis
 import renewal_cost
@@ -129,6 +134,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         ]
         shared = readers.run(pool, client, readers.READERS, args.contention_seconds, args.hold)
         core_ceiling = ceiling.run(pool, client, args.contention_seconds)
+        rates = rate_limits.run(pool, client, args.contention_seconds, args.server_cycles)
         handoffs = [handoff.run_contender(pool, c, args.handoffs) for c in handoff.CONTENDERS]
         listed = listing.curve(pool, url, listing_counts(args.listing_max), args.rounds)
     contention.add_ratios(contended)
@@ -157,6 +163,7 @@ def measure(args: argparse.Namespace, url: str, client: redis.Redis[bytes]) -> d
         "contention": contended,
         "readers": shared,
         "ceiling": core_ceiling,
+        "rate_limits": rates,
         "handoff": handoffs,
         "memory": {"distinct": distinct, "end": footprint.whole_run(client)},
         "renewal": renewal,
@@ -204,6 +211,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--metrics",
         action="store_true",
         help="instead of the rest, the uncontended cycles with Prometheus metrics off and on",
+    )
+    parser.add_argument(
+        "--rate-limits",
+        action="store_true",
+        help="instead of the rest, benchmark 10 alone (rate limits)",
     )
     parser.add_argument(
         "--core",
@@ -261,6 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         }
                 elif args.core:
                     data = measure_core(args, server.url, client)
+                elif args.rate_limits:
+                    data = {"machine": report.describe_machine(client)}
+                    with Pool(rate_limits.PROCESSES, server.url) as pool:
+                        data["rate_limits"] = rate_limits.run(
+                            pool, client, args.contention_seconds, args.server_cycles
+                        )
                 elif args.listing is None:
                     data = measure(args, server.url, client)
                 else:
@@ -289,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(data, indent=2))
     elif args.metrics:
         print(metrics_overhead.format_report(data["metrics"], METRICS_TARGET))
+    elif args.rate_limits:
+        print(rate_limits.format_table(data["rate_limits"]))
     elif args.listing is not None:
         print(listing.format_report(data["listing"]))
     else:

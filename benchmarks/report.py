@@ -12,6 +12,7 @@ import contention
 import footprint
 import handoff
 import listing
+import rate_limits
 import readers
 import redis
 import renewal_cost
@@ -262,6 +263,10 @@ def format_report(report: dict[str, Any]) -> str:
         f" acquire+release on a name of its own for {params['contention_seconds']:g} s",
         "",
         ceiling.format_table(report["ceiling"]),
+        "",
+        "10. Rate limits: server time per hit, a hot key, memory per key",
+        "",
+        rate_limits.format_table(report["rate_limits"]),
         "",
         "Targets (django-redis-lock)",
         "",
