@@ -95,7 +95,10 @@ def hot_key(pool: Pool, client: redis.Redis[bytes], seconds: float) -> dict[str,
         "cpu_us_per_admission": round(cpu_us, 1),
         "ceiling_per_s": round(1e6 / cpu_us),
     }
-    print(f"rate limit  hot key, {PROCESSES} processes {row['admitted_per_s']:>10,} /s", file=sys.stderr)
+    print(
+        f"rate limit  hot key, {PROCESSES} processes {row['admitted_per_s']:>10,} /s",
+        file=sys.stderr,
+    )
     return row
 
 
@@ -110,15 +113,15 @@ def memory(client: redis.Redis[bytes]) -> dict[str, Any]:
     handle = rate_limit("bench:10/s", "10/s", blocking=False)
     for _ in range(10):
         handle.acquire()
-        time.sleep(ten.granule_ms / 1000)  # a bucket of its own for each hit
+        time.sleep(ten.granule_us / 1e6)  # a bucket of its own for each hit
     small_bytes = client.memory_usage(small)
     small_entries = client.llen(small)
     day = Rate(50000, 86400.0)
     (large,) = backend.rate_keys("bench:50000/d", [day])
-    now = int(time.time() * 1000)
-    buckets = 86_400_000 // day.granule_ms + 1
+    now = int(time.time() * 1e6)
+    buckets = day.period_us // day.granule_us + 1
     entries = ["0 0 50000"] + [
-        f"{now - 86_400_000 + 1 + i * day.granule_ms} {50000 * (i + 1) // buckets} 50000"
+        f"{now - day.period_us + 1 + i * day.granule_us} {50000 * (i + 1) // buckets} 50000"
         for i in range(buckets)
     ]
     client.delete(large)
@@ -166,8 +169,8 @@ def format_table(data: dict[str, Any]) -> str:
             f" Redis {hot['redis_busy']:.0%} busy, {hot['cpu_us_per_admission']} us CPU per"
             f" admission: one busy core serves about {hot['ceiling_per_s']:,} admissions/s",
             "",
-            f"  memory per key: \"10/s\" {mem['10/s']['bytes']} bytes ({mem['10/s']['entries']}"
-            f" entries), \"50000/d\" at its fullest {mem['50000/d']['bytes']:,} bytes"
+            f'  memory per key: "10/s" {mem["10/s"]["bytes"]} bytes ({mem["10/s"]["entries"]}'
+            f' entries), "50000/d" at its fullest {mem["50000/d"]["bytes"]:,} bytes'
             f" ({mem['50000/d']['entries']} entries); keys left after an idle period:"
             f" {mem['keys_left_after_an_idle_period']}",
         ]

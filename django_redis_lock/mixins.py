@@ -1,18 +1,20 @@
-"""``LockMixin``: one request at a time per key, for class-based views, sync or async."""
+"""View mixins for class-based views, sync or async: ``LockMixin`` (one request at a time per
+key) and ``RateLimitMixin`` (at most N requests per period per key)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase
 
-from .backends.base import LockInfo
+from .backends.base import Admission, LockInfo
 from .conf import DEFAULT_ALIAS
 from .viewlock.engine import UNSAFE_METHODS, ViewLock, conflict_response
 from .viewlock.key_functions import Key
+from .viewlock.limits import ViewRateLimit, limited_response
 
-__all__ = ["LockMixin"]
+__all__ = ["LockMixin", "RateLimitMixin"]
 
 
 class LockMixin:
@@ -107,10 +109,116 @@ class LockMixin:
         )
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        config = self._view_lock()
         parent = super().dispatch  # type: ignore[misc]
-        if not config.applies(request):
-            return parent(request, *args, **kwargs)
-        if getattr(self, "view_is_async", False):
-            return config.acall(parent, request, args, kwargs)
-        return config.call(parent, request, args, kwargs)
+        is_async = getattr(self, "view_is_async", False)
+        return _dispatch(self._view_lock(), parent, request, args, kwargs, is_async=is_async)
+
+
+class RateLimitMixin:
+    """Admit at most ``rate_limit_rate`` requests per key to ``dispatch()``, like
+    ``@rate_limit_view`` does.
+
+    Put it first among the bases. ``rate_limit_rate`` has no default: set it (``"5/m"``, or a
+    list of rates). Each attribute has a ``get_*()`` method to compute it per request; a
+    request over the limit is answered by :meth:`handle_rate_limited`.
+    """
+
+    rate_limit_key: Key = "user"
+    rate_limit_rate: str | Sequence[str] = ()
+    rate_limit_name: str | None = None
+    rate_limit_methods: Collection[str] | None = None
+    rate_limit_cost: int = 1
+    rate_limit_timeout: float = 0
+    rate_limit_using: str = DEFAULT_ALIAS
+    rate_limit_status: int = 429
+    rate_limit_template_name: str | None = None
+    request: HttpRequest
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A wrong class attribute fails when the class is defined, not at its first request.
+        super().__init_subclass__(**kwargs)
+        if not cls.rate_limit_rate:
+            return  # a class that computes it in get_rate_limit_rate(): checked per request
+        ViewRateLimit(
+            key=cls.rate_limit_key,
+            rate=cls.rate_limit_rate,
+            name=cls.rate_limit_name or cls.__qualname__,
+            where=f"RateLimitMixin on {cls.__module__}.{cls.__qualname__}",
+            methods=cls.rate_limit_methods,
+            cost=cls.rate_limit_cost,
+            timeout=cls.rate_limit_timeout,
+            using=cls.rate_limit_using,
+            status=cls.rate_limit_status,
+            template_name=cls.rate_limit_template_name,
+        )
+
+    def get_rate_limit_key(self) -> Key:
+        """Return what requests are keyed by (see :func:`~.decorators.lock_view`)."""
+        return self.rate_limit_key
+
+    def get_rate_limit_rate(self) -> str | Sequence[str]:
+        """Return the rate (or rates) a key's requests are admitted at."""
+        return self.rate_limit_rate
+
+    def get_rate_limit_name(self) -> str:
+        """Return the fixed part of the rate limit's name (default: the view's dotted path)."""
+        return self.rate_limit_name or f"{type(self).__module__}.{type(self).__qualname__}"
+
+    def get_rate_limit_methods(self) -> Collection[str] | None:
+        """Return the HTTP methods that are limited (None: every one)."""
+        return self.rate_limit_methods
+
+    def get_rate_limit_cost(self) -> int:
+        """Return the weight of this request."""
+        return self.rate_limit_cost
+
+    def get_rate_limit_timeout(self) -> float:
+        """Return how long a request over the limit waits for a slot before the answer."""
+        return self.rate_limit_timeout
+
+    def get_rate_limit_using(self) -> str:
+        """Return the LOCKS alias of the rate limit."""
+        return self.rate_limit_using
+
+    def handle_rate_limited(self, admission: Admission) -> HttpResponseBase:
+        """Answer a request over the limit (``admission.retry_after``: when a slot frees)."""
+        return limited_response(
+            self.request,
+            admission,
+            status=self.rate_limit_status,
+            template_name=self.rate_limit_template_name,
+        )
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        config = ViewRateLimit(
+            key=self.get_rate_limit_key(),
+            rate=self.get_rate_limit_rate(),
+            name=self.get_rate_limit_name(),
+            where=f"RateLimitMixin on {type(self).__module__}.{type(self).__qualname__}",
+            methods=self.get_rate_limit_methods(),
+            cost=self.get_rate_limit_cost(),
+            timeout=self.get_rate_limit_timeout(),
+            using=self.get_rate_limit_using(),
+            status=self.rate_limit_status,
+            on_limit=lambda request, admission: self.handle_rate_limited(admission),
+        )
+        parent = super().dispatch  # type: ignore[misc]
+        is_async = getattr(self, "view_is_async", False)
+        return _dispatch(config, parent, request, args, kwargs, is_async=is_async)
+
+
+def _dispatch(
+    config: ViewLock | ViewRateLimit,
+    parent: Any,
+    request: HttpRequest,
+    args: Any,
+    kwargs: dict[str, Any],
+    *,
+    is_async: bool,
+) -> Any:
+    """Run ``parent`` (the next ``dispatch()``) through ``config``, if it applies."""
+    if not config.applies(request):
+        return parent(request, *args, **kwargs)
+    if is_async:
+        return config.acall(parent, request, args, kwargs)
+    return config.call(parent, request, args, kwargs)

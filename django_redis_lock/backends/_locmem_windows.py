@@ -18,55 +18,54 @@ __all__ = ["RateWindows"]
 
 @dataclass
 class _Window:
-    """One rate's buckets: ``[latest hit ms, weight]``, oldest first, all in the window."""
+    """One rate's buckets: ``[latest hit us, weight]``, oldest first, all in the window."""
 
     limit: int
     buckets: deque[list[int]] = field(default_factory=deque)
 
-    def drop_left(self, period_ms: int, now: int) -> None:
-        while self.buckets and self.buckets[0][0] + period_ms <= now:
+    def drop_left(self, period_us: int, now: int) -> None:
+        while self.buckets and self.buckets[0][0] + period_us <= now:
             self.buckets.popleft()
 
     def used(self) -> int:
         return sum(weight for _, weight in self.buckets)
 
-    def free_in(self, cost: int, period_ms: int, now: int) -> int:
-        """Return the ms until the window has room for ``cost`` (0: now)."""
+    def free_in(self, cost: int, period_us: int, now: int) -> int:
+        """Return the us until the window has room for ``cost`` (0: now)."""
         excess = self.used() + cost - self.limit
         for latest, weight in self.buckets:
             if excess <= 0:
                 break
             excess -= weight
             if excess <= 0:
-                return latest + period_ms - now
+                return latest + period_us - now
         return 0
 
 
 class RateWindows:
-    """Every rate limit's windows, by name and period (ms)."""
+    """Every rate limit's windows, by name and period (us)."""
 
     def __init__(self) -> None:
         self._windows: dict[str, dict[int, _Window]] = {}
 
     def admit(self, name: str, rates: Sequence[Rate], cost: int, now: int) -> Admission:
-        """Admit a hit of weight ``cost`` at ``now`` (ms) if every rate has room."""
+        """Admit a hit of weight ``cost`` at ``now`` (us) if every rate has room."""
         windows = self._windows.setdefault(name, {})
         wait, waiting = 0, rates[0]
         for rate in rates:
-            window = windows.setdefault(rate.period_ms, _Window(rate.limit))
+            window = windows.setdefault(rate.period_us, _Window(rate.limit))
             window.limit = rate.limit
-            window.drop_left(rate.period_ms, now)
-            free_in = window.free_in(cost, rate.period_ms, now)
+            window.drop_left(rate.period_us, now)
+            free_in = window.free_in(cost, rate.period_us, now)
             if free_in > wait:
                 wait, waiting = free_in, rate
         if wait > 0:
             self._tidy(name)
-            return Admission(False, retry_after=wait / 1000, rate=waiting)
+            return Admission(False, retry_after=wait / 1e6, rate=waiting)
         for rate in rates:
-            buckets = windows[rate.period_ms].buckets
-            # Recorded at the ms after its own: in the window a whole period (see rate.lua).
-            latest = max(now + 1, buckets[-1][0]) if buckets else now + 1
-            if buckets and buckets[-1][0] // rate.granule_ms == latest // rate.granule_ms:
+            buckets = windows[rate.period_us].buckets
+            latest = max(now, buckets[-1][0]) if buckets else now
+            if buckets and buckets[-1][0] // rate.granule_us == latest // rate.granule_us:
                 buckets[-1] = [latest, buckets[-1][1] + cost]
             else:
                 buckets.append([latest, cost])
@@ -76,18 +75,18 @@ class RateWindows:
         """Yield each rate of each rate limit whose name matches ``pattern``, at ``now``."""
         regex = glob_to_regex(pattern)
         for name in list(self._windows):
-            for period_ms, window in self._windows[name].items():
-                window.drop_left(period_ms, now)
+            for period_us, window in self._windows[name].items():
+                window.drop_left(period_us, now)
                 if window.buckets and regex.match(name):
-                    free_in = window.free_in(1, period_ms, now) / 1000
-                    rate = Rate(window.limit, period_ms / 1000)
+                    free_in = window.free_in(1, period_us, now) / 1e6
+                    rate = Rate(window.limit, period_us / 1e6)
                     yield RateLimitInfo(name, rate, window.used(), free_in)
             self._tidy(name)
 
     def _tidy(self, name: str) -> None:
         # Nothing is kept of a rate limit whose windows are all empty.
         windows = self._windows[name]
-        for period_ms in [p for p, window in windows.items() if not window.buckets]:
-            del windows[period_ms]
+        for period_us in [p for p, window in windows.items() if not window.buckets]:
+            del windows[period_us]
         if not windows:
             del self._windows[name]

@@ -5,9 +5,10 @@ room: the hits admitted in any window of a rate's period, on the backend's clock
 more than its limit. Nothing is held and nothing released: a hit counts until a period has
 passed since it was admitted.
 
-Each rate keeps the hits of its window in *buckets* of at most :attr:`Rate.granule` (a 64th of
-the period, 1 ms at least): a bucket records the total weight of its hits and the time of the
-latest, and leaves the window a period after that one. Counting a bucket's hits until its
+Each rate keeps the hits of its window in *buckets* of at most :attr:`Rate.granule_us` (a 64th
+of the period, 1 ms at least): a bucket records the total weight of its hits and the time of the
+latest (to the microsecond, the server clock's precision), and leaves the window a period after
+that one. Counting a bucket's hits until its
 latest leaves is never too few (a window never holds more than the limit), and admits a slot at
 most one granule late: at least 64/65 of the limit per period under saturation. A key holds at
 most 65 buckets of a rate, whatever its limit.
@@ -39,9 +40,14 @@ class Rate:
         return round(self.period * 1000)
 
     @property
-    def granule_ms(self) -> int:
-        """Return the widest a bucket of hits may be, in milliseconds."""
-        return max(1, self.period_ms // BUCKETS_PER_PERIOD)
+    def period_us(self) -> int:
+        """Return the period in microseconds, as the backends count time."""
+        return self.period_ms * 1000
+
+    @property
+    def granule_us(self) -> int:
+        """Return the widest a bucket of hits may be, in microseconds."""
+        return max(1000, self.period_us // BUCKETS_PER_PERIOD)
 
     def __str__(self) -> str:
         for unit, seconds in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):

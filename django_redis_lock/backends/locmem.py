@@ -363,12 +363,12 @@ class LocMemBackend(BaseLockBackend):
 
     def admit(self, name: str, rates: Sequence[Rate], cost: int = 1) -> Admission:
         with self._changed:
-            admission = self._rates.admit(name, rates, cost, _ms(time.monotonic()))
+            admission = self._rates.admit(name, rates, cost, _us(time.monotonic()))
             return replace(admission, at=time.time()) if admission.admitted else admission
 
     def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
         with self._changed:
-            infos = list(self._rates.infos(pattern, _ms(time.monotonic())))
+            infos = list(self._rates.infos(pattern, _us(time.monotonic())))
         yield from infos
 
     def waiters(self, name: str) -> list[WaiterInfo]:
@@ -380,8 +380,8 @@ class LocMemBackend(BaseLockBackend):
         return found
 
 
-def _ms(seconds: float) -> int:
-    return int(seconds * 1000)
+def _us(seconds: float) -> int:
+    return int(seconds * 1_000_000)
 
 
 def _wake(future: asyncio.Future[None]) -> None:

@@ -31,7 +31,7 @@ from ..listing import retry_after as lease_left
 from ..lock import AsyncLock, Lock
 from .key_functions import Key, request_key, validate_key
 
-__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock"]
+__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock", "wants_json"]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -215,7 +215,7 @@ def conflict_response(
     if template_name is not None:
         context = {"holders": holders, "retry_after": seconds, "status": status}
         response = HttpResponse(render_to_string(template_name, context, request), status=status)
-    elif _wants_json(request):
+    elif wants_json(request):
         response = JsonResponse(
             {"error": "locked", "detail": message, "retry_after": seconds}, status=status
         )
@@ -225,7 +225,8 @@ def conflict_response(
     return response
 
 
-def _wants_json(request: HttpRequest) -> bool:
+def wants_json(request: HttpRequest) -> bool:
+    """Return whether the client prefers JSON: its ``Accept`` header, or a JSON body."""
     if request.content_type == "application/json":
         return True
     accept = request.headers.get("Accept", "")

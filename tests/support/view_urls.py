@@ -8,7 +8,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from django_redis_lock.decorators import lock_view
+from django_redis_lock.decorators import lock_view, rate_limit_view
 
 
 def _signals() -> tuple[Any, str]:
@@ -40,10 +40,22 @@ async def aplain(request: HttpRequest) -> HttpResponse:
     return HttpResponse("aplain")
 
 
+@rate_limit_view("path", "2/5s", name="client")
+def limited(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("limited")
+
+
+@rate_limit_view("path", "2/5s", name="aclient")
+async def alimited(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("alimited")
+
+
 urlpatterns = [
     path("proc/<str:slot>/", blocking),
     path("plain/", plain),
     path("aplain/", aplain),
+    path("limited/", limited),
+    path("alimited/", alimited),
 ]
 
 

@@ -62,7 +62,7 @@ class RedisRateLimits(RedisKeyspace):
 
     def _read_rates(self, keys: list[bytes]) -> Iterator[RateLimitInfo]:
         seconds, micros = self.client.time()
-        now = seconds * 1000 + micros // 1000
+        now = seconds * 1_000_000 + micros
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.lrange(key, 0, -1)
@@ -70,21 +70,21 @@ class RedisRateLimits(RedisKeyspace):
             text = key.decode("utf-8")
             name, _, period = text[len(self.key_prefix) + 3 :].rpartition(_RATE)
             if entries and period.isdigit():
-                yield _info(name, int(period), [_entry(e) for e in entries], now)
+                yield _info(name, int(period) * 1000, [_entry(e) for e in entries], now)
 
 
 def _admit_args(rates: Sequence[Rate], cost: int) -> list[int]:
     # rate.lua's ARGV: the weight, then each rate's limit, period and granule.
     args = [cost]
     for rate in rates:
-        args += [rate.limit, rate.period_ms, rate.granule_ms]
+        args += [rate.limit, rate.period_us, rate.granule_us]
     return args
 
 
 def _admission(reply: list[Any], rates: Sequence[Rate]) -> Admission:
     if reply[0] == 1:
         return Admission(True, at=int(reply[1]) + int(reply[2]) / 1_000_000)
-    return Admission(False, retry_after=int(reply[1]) / 1000, rate=rates[int(reply[2]) - 1])
+    return Admission(False, retry_after=int(reply[1]) / 1e6, rate=rates[int(reply[2]) - 1])
 
 
 def _entry(entry: bytes) -> tuple[int, int, int]:
@@ -93,11 +93,11 @@ def _entry(entry: bytes) -> tuple[int, int, int]:
 
 
 def _info(
-    name: str, period_ms: int, entries: list[tuple[int, int, int]], now: int
+    name: str, period_us: int, entries: list[tuple[int, int, int]], now: int
 ) -> RateLimitInfo:
-    """Return how much of a rate's window is used at ``now``, from its list (``rate.lua``)."""
-    live = [entry for entry in entries[1:] if entry[0] + period_ms > now]
-    left = [entry for entry in entries if entry[0] + period_ms <= now]
+    """Return how much of a rate's window is used at ``now`` (us), from its list (rate.lua)."""
+    live = [entry for entry in entries[1:] if entry[0] + period_us > now]
+    left = [entry for entry in entries if entry[0] + period_us <= now]
     base = left[-1][1] if left else entries[0][1]
     limit, top = entries[-1][2], entries[-1][1]
     used = top - base if live else 0
@@ -105,5 +105,5 @@ def _info(
     if used + 1 > limit:
         needed = top + 1 - limit
         first = next(entry for entry in live if entry[1] >= needed)
-        free_in = (first[0] + period_ms - now) / 1000
-    return RateLimitInfo(name, Rate(limit, period_ms / 1000), used, free_in)
+        free_in = (first[0] + period_us - now) / 1e6
+    return RateLimitInfo(name, Rate(limit, period_us / 1e6), used, free_in)

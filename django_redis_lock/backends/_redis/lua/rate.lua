@@ -1,19 +1,18 @@
 -- Admit one hit to a rate limit if every one of its rates has room (see backends/_rate_limits.py).
 -- KEYS[i] <prefix>:{=name}:r:<period ms>  list, one per rate: the buckets of hits in the
---         rate's window, oldest first, each "<latest hit ms> <cumulative weight> <limit>".
+--         rate's window, oldest first, each "<latest hit us> <cumulative weight> <limit>".
 --         The first entry is the base, a bucket that has left the window already (or
 --         "0 0 <limit>"): the weight in the window is the last entry's cumulative weight less
 --         the base's. The key expires a period after the latest hit.
--- ARGV[1] the hit's weight; then, for rate i, ARGV[3i - 1] its limit, ARGV[3i] its period (ms),
---         ARGV[3i + 1] its granule (ms): hits in one granule-long slice of time share a bucket
+-- ARGV[1] the hit's weight; then, for rate i, ARGV[3i - 1] its limit, ARGV[3i] its period (us),
+--         ARGV[3i + 1] its granule (us): hits in one granule-long slice of time share a bucket
 -- Returns {1, seconds, microseconds}: admitted, at that time on the server's clock;
---         {0, ms until every rate has room for the hit, the index of the rate that waits longest}
+--         {0, us until every rate has room for the hit, the index of the rate that waits longest}
+-- Times are the server's clock in microseconds (TIME's own precision), exact in Lua's numbers.
 local cost = tonumber(ARGV[1])
 local clock = redis.call('TIME')
--- A hit is recorded at the millisecond after its own (never before it, so it stays in the
--- window a whole period), and a bucket has left the window when a period has passed since.
-local now = ms_of(clock)
-local stamp = now + 1
+-- A bucket has left the window when a period has passed since its latest hit.
+local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 
 local function parsed(entry)
   local latest, total = string.match(entry, '^(%d+) (%d+)')
@@ -61,11 +60,11 @@ for i, key in ipairs(KEYS) do
   local limit, period, granule = ARGV[3 * i - 1], tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1])
   local top = tops[i]
   if not top then
-    redis.call('RPUSH', key, '0 0 ' .. limit, digits(stamp) .. ' ' .. cost .. ' ' .. limit)
-    top = {stamp, 0}
+    redis.call('RPUSH', key, '0 0 ' .. limit, digits(now) .. ' ' .. cost .. ' ' .. limit)
+    top = {now, 0}
   else
     -- A clock that stepped back never makes a hit older than the latest one recorded.
-    local latest = math.max(stamp, top[1])
+    local latest = math.max(now, top[1])
     local entry = digits(latest) .. ' ' .. digits(top[2] + cost) .. ' ' .. limit
     if math.floor(top[1] / granule) == math.floor(latest / granule) then
       redis.call('LSET', key, -1, entry)
@@ -74,6 +73,6 @@ for i, key in ipairs(KEYS) do
     end
     top = {latest, 0}
   end
-  redis.call('PEXPIRE', key, top[1] + period - now)
+  redis.call('PEXPIRE', key, math.ceil((top[1] + period - now) / 1000))
 end
 return {1, tonumber(clock[1]), tonumber(clock[2])}
