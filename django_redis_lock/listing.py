@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import LockInfo, WaiterInfo
+from .backends.base import LockInfo, RateLimitInfo, WaiterInfo
 
 __all__ = [
     "TaskRecord",
@@ -35,6 +35,7 @@ __all__ = [
     "metadata_json",
     "metadata_summary",
     "min_hold_note",
+    "rate_use",
     "reader_counts",
     "retry_after",
     "shorten",
@@ -85,6 +86,12 @@ def duration(seconds: float) -> str:
         return f"{hours}h{minutes:02d}m"
     days, hours = divmod(hours, 24)
     return f"{days}d{hours:02d}h"
+
+
+def rate_use(info: RateLimitInfo) -> tuple[str, str]:
+    """Return how much of a rate's window is used ("7/10") and when a slot frees ("now")."""
+    free = "now" if info.free_in <= 0 else f"in {duration(info.free_in)}"
+    return f"{info.used}/{info.rate.limit}", free
 
 
 def task_id(info: LockInfo | WaiterInfo) -> str | None:

@@ -29,7 +29,7 @@ from ..exceptions import (
 from ..handler import locks
 from ..listing import reader_counts
 from ..models import Lock
-from .page import REFRESH_CHOICES, ListQuery, LockRow, WaiterRow, kept_filters
+from .page import REFRESH_CHOICES, ListQuery, LockRow, RateRow, WaiterRow, kept_filters
 
 __all__ = ["LockAdmin"]
 
@@ -123,6 +123,10 @@ class LockAdmin(ModelAdmin):
                 )
                 for row in rows
             ]
+        # Rate limits are few (only those with hits in a window are kept): the first page has
+        # them, of the aliases whose locks could be listed (the others are reported once).
+        readable = [alias for alias in chosen if alias not in unlisted]
+        rate_rows = [] if query.at else self.rate_rows(request, readable, query)
         next_url = ""
         if next_at is not None:
             more = {"at": next_at, "cursor": next_cursor or "", "page": str(query.page + 1)}
@@ -134,6 +138,7 @@ class LockAdmin(ModelAdmin):
             "app_label": self.opts.app_label,
             "can_release": can_release,
             "rows": rows,
+            "rate_rows": rate_rows,
             # "No held locks" is said only of aliases that were listed: an alias that could
             # not be listed may hold any number of locks.
             "unlisted": unlisted,
@@ -193,6 +198,22 @@ class LockAdmin(ModelAdmin):
                 following = aliases[index + 1 : index + 2]
                 return rows, (following[0] if following else None), None, unlisted
         return rows, None, None, unlisted
+
+    def rate_rows(
+        self, request: HttpRequest, aliases: list[str], query: ListQuery
+    ) -> list[RateRow]:
+        """Return a row per rate of each rate limit matching the query, on ``aliases``."""
+        rows: list[RateRow] = []
+        for alias in aliases:
+            try:
+                infos = list(locks[alias].iter_rate_limits(query.pattern))
+            except (BackendUnavailableError, InvalidLockBackendError) as exc:
+                messages.error(
+                    request, f"Rate limits on alias {alias!r} could not be listed: {exc}"
+                )
+                continue
+            rows += [RateRow(alias, info) for info in infos]
+        return sorted(rows, key=lambda row: (row.alias, row.info.name, row.info.rate.period))
 
     @staticmethod
     def release_params(row: LockRow, back: str) -> dict[str, str]:

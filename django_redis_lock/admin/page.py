@@ -17,13 +17,14 @@ from django.http.request import QueryDict
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from ..backends.base import LockInfo, WaiterInfo, glob_escape
+from ..backends.base import LockInfo, RateLimitInfo, WaiterInfo, glob_escape
 from ..listing import (
     describe_holder,
     describe_waiter,
     duration,
     metadata_json,
     metadata_summary,
+    rate_use,
     shorten,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "REFRESH_CHOICES",
     "ListQuery",
     "LockRow",
+    "RateRow",
     "WaiterRow",
     "kept_filters",
 ]
@@ -46,6 +48,29 @@ REFRESH_CHOICES = (("off", 0), ("5 s", 5), ("30 s", 30), ("60 s", 60))
 _GLOB_CHARS = re.compile(r"[*?\[]")
 #: The separators of a lock name after which the list may break it onto the next line.
 _NAME_BREAKS = re.compile(r"([:./=,@])")
+
+
+@dataclass(frozen=True)
+class RateRow:
+    """One rate of one rate limit on one alias: how much of its window is used."""
+
+    alias: str
+    info: RateLimitInfo
+
+    @property
+    def name_html(self) -> SafeString:
+        """Return the name, escaped, with a line-break opportunity after each separator."""
+        return mark_safe(_NAME_BREAKS.sub(r"\1<wbr>", escape(self.info.name)))  # noqa: S308
+
+    @property
+    def used(self) -> str:
+        """Return the weight used in the window out of the limit: "7/10"."""
+        return rate_use(self.info)[0]
+
+    @property
+    def next_slot(self) -> str:
+        """Return when a slot frees: "now", or "in 0.4s"."""
+        return rate_use(self.info)[1]
 
 
 @dataclass(frozen=True)

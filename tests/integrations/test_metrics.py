@@ -13,7 +13,7 @@ import pytest
 from django.test import override_settings
 from prometheus_client import REGISTRY, generate_latest
 
-from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks
+from django_redis_lock import LockLostError, LockNotOwnedError, lock, locks, rate_limit
 from django_redis_lock._core.observe import LossReason, observers
 from django_redis_lock.contrib.prometheus import LockMetrics, disable, enable
 from django_redis_lock.contrib.prometheus.families import default_family, family_of
@@ -246,3 +246,21 @@ def test_without_the_app__taking_a_lock_imports_no_prometheus_client() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] []"
+
+
+def test_rate_limit__counts_admitted_and_refused_hits_by_family(
+    metrics: LockMetrics, using: str, family: str
+) -> None:
+    secret = secrets.token_hex(8)
+    handle = rate_limit(f"{family}:{secret}", "2/5s", using=using, blocking=False)
+    assert [handle.acquire() for _ in range(3)] == [True, True, False]
+
+    def hits(outcome: str) -> float:
+        return value(
+            "django_redis_lock_rate_limit_hits_total", alias=using, family=family, outcome=outcome
+        )
+
+    assert (hits("admitted"), hits("refused")) == (2, 1)
+    assert not rate_limit(f"{family}:{secret}", "2/5s", using=using, timeout=0.1).acquire()
+    assert hits("refused") == 2
+    assert secret not in generate_latest(REGISTRY).decode()

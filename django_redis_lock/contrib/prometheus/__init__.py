@@ -96,6 +96,12 @@ class LockMetrics(Observer):
             ["alias", "family"],
             registry=registry,
         )
+        self.rate_limit_hits = Counter(
+            f"{PREFIX}rate_limit_hits",
+            "Hits a rate limit answered, by outcome: admitted, or refused (no room in time).",
+            ["alias", "family", "outcome"],
+            registry=registry,
+        )
         registry.register(_HoldsCollector())
 
     def _of(self, using: str, name: str) -> _Series:
@@ -133,6 +139,10 @@ class LockMetrics(Observer):
         self.renewals.labels(alias, "ok" if ok else "error").inc()
         self.renewed_leases.labels(alias).inc(leases)
         self.renewal_seconds.labels(alias).observe(seconds)
+
+    def rate_limited(self, using: str, name: str, admitted: bool) -> None:
+        outcome = "admitted" if admitted else "refused"
+        self.rate_limit_hits.labels(using, family_of(name), outcome).inc()
 
     def snapshot(self) -> list[tuple[tuple[str, str], _Series]]:
         """Return a copy of every (alias, family)'s numbers, taken at once."""

@@ -1,8 +1,9 @@
-"""``manage.py locks``: list the held locks, show one, or force-release one.
+"""``manage.py locks``: list the held locks, show one, force-release one, or list rate limits.
 
 This module is the command line: the subcommands, their options and help, and the exit
 status of :data:`EXIT_STATUS`. The work is done by ``list`` and ``show`` in
-``management/inspection.py`` and by ``release`` in ``management/release.py``; every failure
+``management/inspection.py``, by ``release`` in ``management/release.py`` and by ``rates`` in
+``management/rates.py``; every failure
 is a ``CommandError`` carrying its exit status as ``returncode``, so ``call_command()``
 callers see it too.
 """
@@ -19,6 +20,7 @@ from ...exceptions import BackendUnavailableError, InvalidLockBackendError
 from ..arguments import LocksParser, lock_name, seconds, whole_number
 from ..inspection import list_locks, show_lock
 from ..output import JSON_FORMAT, one_line
+from ..rates import RATES_JSON_FORMAT, list_rate_limits
 from ..release import release_lock
 
 EXIT_STATUS = """\
@@ -28,11 +30,12 @@ backend that could not be reached (one line on stderr)."""
 
 
 class Command(BaseCommand):
-    """``manage.py locks [list|show|release]``: see the module docstring and ``--help``."""
+    """``manage.py locks [list|show|release|rates]``: see the module docstring and ``--help``."""
 
     help = (
-        "List the held locks, show one lock, or force-release one. With no subcommand, alone or "
-        "with options of `list`, it runs `locks list`: `locks --json` is `locks list --json`."
+        "List the held locks, show one lock, force-release one, or list the rate limits. With "
+        "no subcommand, alone or with options of `list`, it runs `locks list`: `locks --json` "
+        "is `locks list --json`."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -49,7 +52,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(
             dest="subcommand",
             title="subcommands",
-            metavar="{list,show,release}",
+            metavar="{list,show,release,rates}",
             parser_class=LocksParser,
         )
         raw = argparse.RawDescriptionHelpFormatter
@@ -139,6 +142,29 @@ class Command(BaseCommand):
         )
         _add_using(release)
 
+        rates = sub.add_parser(
+            "rates",
+            help="List the rate limits with hits in their window.",
+            description=_paragraph(
+                "List each rate of each rate limit that has hits in its window: alias, name, "
+                "rate, the weight used in the window now out of the limit, and when the next "
+                "slot frees. A rate limit idle for a whole period is not kept, so not listed."
+            ),
+            epilog=f"{RATES_JSON_FORMAT}\n\n{EXIT_STATUS}",
+            formatter_class=raw,
+        )
+        _add_using(rates)
+        which_rates = rates.add_mutually_exclusive_group()
+        which_rates.add_argument(
+            "--pattern", metavar="GLOB", help="Only rate limits whose name matches this glob."
+        )
+        which_rates.add_argument(
+            "--exact", metavar="NAME", type=lock_name, help="Only the rate limit named NAME."
+        )
+        rates.add_argument(
+            "--json", action="store_true", help="Write JSON (format below) instead of a table."
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         subcommand = options.get("subcommand") or "list"
         using = options.get("using")
@@ -146,6 +172,14 @@ class Command(BaseCommand):
             if subcommand == "show":
                 show_lock(
                     self.stdout, options["name"], using=using, as_json=bool(options.get("json"))
+                )
+            elif subcommand == "rates":
+                list_rate_limits(
+                    self.stdout,
+                    using=using,
+                    pattern=options.get("pattern"),
+                    exact=options.get("exact"),
+                    as_json=bool(options.get("json")),
                 )
             elif subcommand == "release":
                 release_lock(
