@@ -11,6 +11,7 @@ See "Rate limits" in the docs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
@@ -35,10 +36,24 @@ from .exceptions import LockArgumentTypeError, RateLimitExceededError
 from .handler import locks
 from .signals import rate_limited
 
-__all__ = ["AsyncRateLimit", "RateLimit", "arate_limit", "rate_limit"]
+__all__ = ["AsyncRateLimit", "RateLimit", "arate_limit", "last_admission", "rate_limit"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: The answer to the last hit of this thread or asyncio task, of any rate limit.
+_last: contextvars.ContextVar[Admission | None] = contextvars.ContextVar(
+    "django_redis_lock_last_admission", default=None
+)
+
+
+def last_admission() -> Admission | None:
+    """Return the answer to the last hit this thread (or asyncio task) made, if any.
+
+    For a body run under a task's ``@rate_limit``: ``last_admission().at`` is when its hit was
+    admitted, on the backend's clock.
+    """
+    return _last.get()
 
 
 class _RateLimitBase:
@@ -92,6 +107,7 @@ class _RateLimitBase:
 
     def _answered(self, admission: Admission, cost: int) -> Admission:
         """Tell the observers and, for a refusal, the ``rate_limited`` receivers."""
+        _last.set(admission)
         if observers:
             notify("rate_limited", self.using, self.name, admission.admitted)
         if not admission.admitted:
@@ -106,7 +122,8 @@ class _RateLimitBase:
             send(rate_limited, self.name, arguments)
         return admission
 
-    def _exceeded(self, admission: Admission) -> RateLimitExceededError:
+    def exceeded(self, admission: Admission) -> RateLimitExceededError:
+        """Return the error that tells of ``admission``, a refusal."""
         return RateLimitExceededError(
             f"Rate limit {self.name!r} ({admission.rate}) has no room: the next slot frees in "
             f"{admission.retry_after:.3f} s.",
@@ -155,7 +172,7 @@ class RateLimit(_RateLimitBase):
     def __enter__(self) -> RateLimit:
         admission = self.admit()
         if not admission.admitted:
-            raise self._exceeded(admission)
+            raise self.exceeded(admission)
         return self
 
     def __exit__(
@@ -198,7 +215,7 @@ class AsyncRateLimit(_RateLimitBase):
     async def __aenter__(self) -> AsyncRateLimit:
         admission = await self.admit()
         if not admission.admitted:
-            raise self._exceeded(admission)
+            raise self.exceeded(admission)
         return self
 
     async def __aexit__(

@@ -47,6 +47,16 @@ class RateWindows:
 
     def __init__(self) -> None:
         self._windows: dict[str, dict[int, _Window]] = {}
+        self._next_retry: dict[tuple[str, int], int] = {}
+
+    def schedule_retry(self, name: str, rate: Rate, not_before: int, now: int) -> int:
+        """Return the us from ``now`` until a refused hit's retry (see ``lua/retry.lua``)."""
+        key = (name, rate.period_us)
+        at = max(now + not_before, self._next_retry.get(key, 0))
+        self._next_retry[key] = at + rate.period_us // rate.limit
+        for old in [k for k, moment in self._next_retry.items() if moment + k[1] < now]:
+            del self._next_retry[old]
+        return at - now
 
     def admit(self, name: str, rates: Sequence[Rate], cost: int, now: int) -> Admission:
         """Admit a hit of weight ``cost`` at ``now`` (us) if every rate has room."""

@@ -102,6 +102,18 @@ class RateLimitPrimitives:
         """Do what :meth:`admit` does, without blocking the event loop."""
         return await sync_to_async(self.admit, thread_sensitive=False)(name, rates, cost)
 
+    def schedule_retry(self, name: str, rate: Rate, not_before: float) -> float:
+        """Return in how many seconds a hit that ``rate`` refused should be tried again.
+
+        No sooner than ``not_before`` seconds from now (when a slot frees), and at least
+        ``rate.period / rate.limit`` after the moment given to the previous call for this
+        rate: the retries of one rate limit are spaced so that at most its limit of them is
+        scheduled per period, instead of all coming back when the first slot frees.
+        """
+        raise NotImplementedError(
+            "subclasses of BaseLockBackend must provide a schedule_retry() method"
+        )
+
     def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
         """Yield each rate of each rate limit whose name matches the glob ``pattern``.
 

@@ -366,6 +366,11 @@ class LocMemBackend(BaseLockBackend):
             admission = self._rates.admit(name, rates, cost, _us(time.monotonic()))
             return replace(admission, at=time.time()) if admission.admitted else admission
 
+    def schedule_retry(self, name: str, rate: Rate, not_before: float) -> float:
+        with self._changed:
+            now = _us(time.monotonic())
+            return self._rates.schedule_retry(name, rate, _us(not_before), now) / 1e6
+
     def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
         with self._changed:
             infos = list(self._rates.infos(pattern, _us(time.monotonic())))

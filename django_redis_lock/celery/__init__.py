@@ -46,6 +46,7 @@ from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockNotAcquiredError
 from ..lock import Lock
 from .enqueue import SingleInstanceTask, report_unclaimed, take_over_claim
+from .rate_limited import rate_limit
 from .run_names import (
     MAX_READABLE_NAME,
     QUEUE,
@@ -72,6 +73,7 @@ __all__ = [
     "SingleInstance",
     "SingleInstanceTask",
     "config_of",
+    "rate_limit",
     "release_claim",
     "release_run",
     "run_owner",

@@ -51,7 +51,7 @@ from ._compat import TaskContext, TaskResult, task_enqueued, task_finished, task
 from .claims import RUNNER, claiming_config, release_claim, take_over_claim, without_context
 from .task_class import SingleInstanceTask
 
-__all__ = ["single_instance"]
+__all__ = ["QUEUE", "KeySpec", "current_result", "single_instance"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -69,6 +69,21 @@ _started: dict[str, contextvars.Token[TaskResult[Any, Any] | None]] = {}
 
 #: The tasks whose enqueues without a claim were reported already.
 _reported: set[str] = set()
+
+
+def current_result(wrapper: Callable[..., Any]) -> TaskResult[Any, Any] | None:
+    """Return the result of the task run that called ``wrapper``, the task's own function.
+
+    None when it is not known: a run without its context under another decorator of this
+    package, or a call outside a task (``.call()`` in a body).
+    """
+    current = _current.get()
+    func = None if current is None else current.task.func
+    while func is not None:
+        if func is wrapper:
+            return current
+        func = getattr(func, "__wrapped__", None)
+    return None
 
 
 def single_instance(
@@ -160,14 +175,7 @@ class _Run:
         context = args[0] if args and isinstance(args[0], TaskContext) else None
         self.args, self.kwargs = (args[1:] if context else args), kwargs
         self.config = without_context(config) if context else config
-        current = _current.get()
-        self.result = (
-            context.task_result
-            if context is not None
-            else current
-            if current is not None and current.task.func is wrapper
-            else None
-        )
+        self.result = context.task_result if context is not None else current_result(wrapper)
         self.task_name = f"{func.__module__}.{func.__qualname__}"
         self.name = self.config.lock_name(self.task_name, self.args, kwargs)
         self.record = self.config.record(

@@ -25,7 +25,8 @@ from celery.signals import task_postrun  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
 from django_redis_lock import locks  # noqa: E402
-from django_redis_lock.celery import SingleInstanceTask, single_instance  # noqa: E402
+from django_redis_lock.celery import SingleInstanceTask, rate_limit, single_instance  # noqa: E402
+from django_redis_lock.ratelimit import last_admission  # noqa: E402
 from tests.support.helpers import locks_setting  # noqa: E402
 
 URL = os.environ.get("DRL_CELERY_URL", "redis://127.0.0.1:1/0")
@@ -167,6 +168,47 @@ def redelivered(self: Any, run: int) -> object:
     record("start", task="redelivered", run=run, delivery=deliveries)
     time.sleep(60 if deliveries == 1 else 0.1)
     return deliveries
+
+
+# Rate limits.
+
+
+def admitted(task: str, run: object, **fields: Any) -> object:
+    """Record the start of a run with the server's time of its admission."""
+    admission = last_admission()
+    at = None if admission is None else admission.at
+    record("start", task=task, run=run, admitted_at=at, **fields)
+    return run
+
+
+@app.task(bind=True, max_retries=0)
+@rate_limit("5/s")
+def limited(self: Any, run: int) -> object:
+    return admitted("limited", run, retries=self.request.retries)
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+@rate_limit("2/s")
+def limited_redelivered(self: Any, run: int) -> object:
+    """A rate-limited run whose first delivery is killed; Celery redelivers it."""
+    deliveries = _redis().incr(f"{PREFIX}:deliveries:{self.request.id}")
+    admitted("limited_redelivered", run, delivery=deliveries)
+    time.sleep(60 if deliveries == 1 and run == 0 else 0.05)
+    return deliveries
+
+
+@app.task(bind=True)
+@single_instance(key="{customer_id}", on_conflict="retry", countdown=0.2)
+@rate_limit("2/s", key="{customer_id}")
+def lock_then_limit(self: Any, customer_id: int, run: int) -> object:
+    return admitted("lock_then_limit", run, customer_id=customer_id)
+
+
+@app.task(bind=True)
+@rate_limit("2/s", key="{customer_id}")
+@single_instance(key="{customer_id}", on_conflict="retry", countdown=0.2)
+def limit_then_lock(self: Any, customer_id: int, run: int) -> object:
+    return admitted("limit_then_lock", run, customer_id=customer_id)
 
 
 @app.task

@@ -21,11 +21,12 @@ SCRIPT_NAMES = (
     "force_release",
     "withdraw",
     "rate",
+    "retry",
 )
 
 #: How many of a lock's keys each script is given (``lua/_prelude.lua`` lists them in order):
-#: every key it touches. acquire_all is given this many for each of its locks. (rate.lua, which
-#: keeps rate limits, not locks, is given one key per rate: ``RedisRateLimits.rate_keys()``.)
+#: every key it touches. acquire_all is given this many for each of its locks. (rate.lua and
+#: retry.lua, which keep rate limits, not locks, are given theirs by ``RedisRateLimits``.)
 KEY_COUNTS = {
     "acquire": 6,
     "acquire_all": 6,

@@ -2,7 +2,8 @@
 
 A rate limit's keys carry the hash tag ``{=name}``, as a lock's do, so every rate of one rate
 limit is in one Redis Cluster slot and one script admits a hit to all of them at once:
-``<prefix>:{=name}:r:<period ms>``. Listing finds them with ``SCAN`` (never ``KEYS``).
+``<prefix>:{=name}:r:<period ms>``, a list. Listing finds them with ``SCAN`` (never ``KEYS``).
+A task's retries are spaced by ``lua/retry.lua`` on ``<that key>:next``, a string.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ class RedisRateLimits(RedisKeyspace):
                 client.execute_command, "rate", self.rate_keys(name, rates), args
             )
         return _admission(reply, rates)
+
+    def schedule_retry(self, name: str, rate: Rate, not_before: float) -> float:
+        (key,) = self.rate_keys(name, [rate])
+        args = [round(not_before * 1e6), rate.period_us // rate.limit, rate.period_ms]
+        with self._errors(name):
+            reply = self._scripts.run(self.client.execute_command, "retry", key + ":next", args)
+        return int(reply) / 1e6
 
     def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
         match = f"{glob_escape(self.key_prefix)}:{{={pattern}{_RATE}*"

@@ -1,0 +1,141 @@
+"""``@rate_limit`` for ``django.tasks``: on real django-tasks-db workers, and in process.
+
+Each run logs when its hit was admitted, by the Redis server's clock, so the sliding windows
+are checked on one clock. A refused run is enqueued again as a new task result: a test counts
+the admitted runs of its key, whatever their result ids.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_redis_lock import InvalidLockArgumentError, RateLimitExceededError, locks
+from django_redis_lock.tasks import rate_limit
+from tests.support import tasks, tasks_worker
+from tests.support.helpers import locks_setting
+from tests.support.tasks_worker import Pool, call, poll
+
+
+def most_in_a_window(times: Sequence[float], period: float) -> int:
+    """Return the most of ``times`` (seconds) in one window ``(t - period, t]``."""
+    ordered, most, first = sorted(times), 0, 0
+    for last, moment in enumerate(ordered):
+        while ordered[first] <= moment - period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+# On real workers -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pool(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    """Run two workers and a client on a SQLite file for the module."""
+    with tasks_worker.running(Path(tmp_path_factory.mktemp("tasks-db")), redis_url) as pool:
+        yield pool
+
+
+@pytest.fixture
+def workers(pool: Pool) -> Iterator[Pool]:
+    pool.revive()
+    with override_settings(LOCKS=locks_setting(pool.redis_url, pool.prefix)):
+        yield pool
+    pool.drain()
+
+
+def admitted(workers: Pool, key: str, count: int, timeout: float = 30) -> list[float]:
+    """Wait until ``count`` runs of ``key`` were admitted; return their server times."""
+
+    def probe() -> list[float] | None:
+        times = [line.at for line in workers.lines(key) if line.event == "admitted"]
+        return times if len(times) >= count else None
+
+    return poll(probe, f"{count} admitted runs of {key}", timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", ["limited", "alimited"], ids=["sync", "async"])
+def test_workers__20_runs_of_5_per_s_all_run_within_the_limit(
+    workers: Pool, task_name: str
+) -> None:
+    key = f"k{secrets.token_hex(4)}"
+    outcomes = workers.enqueue(*[call(task_name, key=key) for _ in range(20)])
+    assert all("id" in outcome for outcome in outcomes)
+    times = admitted(workers, key, 20)
+    time.sleep(0.5)  # a run admitted twice would show here
+    times = [line.at for line in workers.lines(key) if line.event == "admitted"]
+    assert len(times) == 20
+    assert most_in_a_window(times, 1.0) <= 5
+    assert 2.5 <= max(times) - min(times) <= 8
+    # The runs refused at first were enqueued again, later, as new results.
+    rows = [row for row in workers.rows() if row.args == [] and row.task == task_name]
+    assert any(row.run_after is not None for row in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", ["limit_then_lock", "lock_then_limit"])
+def test_workers__composes_with_single_instance_in_either_order(
+    workers: Pool, task_name: str
+) -> None:
+    key = f"k{secrets.token_hex(4)}"
+    workers.enqueue(*[call(task_name, key=key) for _ in range(6)])
+    times = admitted(workers, key, 6)
+    assert most_in_a_window(times, 1.0) <= 2
+
+
+# In process (ImmediateBackend): the policies and the shapes ------------------------------------
+
+
+@pytest.mark.parametrize("on_limit", ["skip", "raise"])
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_immediate__the_third_run_meets_on_limit(on_limit: str, asynchronous: bool) -> None:
+    name = (
+        f"{'a' if asynchronous else ''}billed_or_{'skipped' if on_limit == 'skip' else 'raised'}"
+    )
+    job = getattr(tasks, name)
+    assert [job.enqueue(7).return_value for _ in range(2)] == ["7-monthly"] * 2
+    if on_limit == "skip":
+        assert job.enqueue(7).return_value is None
+    else:
+        failed = job.enqueue(7)  # ImmediateBackend records what the run raised
+        assert failed.status.name == "FAILED"
+        assert failed.errors[-1].exception_class is RateLimitExceededError
+    assert job.enqueue(customer_id=8, kind="yearly").return_value == "8-yearly"
+    names = sorted(info.name for info in locks["default"].iter_rate_limits("task:*"))
+    assert names == [f"task:tests.support.tasks.{name}:{n}" for n in (7, 8)]
+
+
+def test_immediate__retry_waits_for_the_slot_where_nothing_can_be_deferred() -> None:
+    assert tasks.waits_for_its_slot.enqueue(1).return_value == 1
+    started = time.monotonic()
+    assert tasks.waits_for_its_slot.enqueue(2).return_value == 2
+    assert 1.5 <= time.monotonic() - started <= 3
+
+
+def test_immediate__composes_with_single_instance_under_task() -> None:
+    assert tasks.limited_single.enqueue(3).return_value == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate": "0/s"}, "must admit from 1"),
+        ({"rate": "5/s", "on_limit": "wait"}, "on_limit must be"),
+        ({"rate": "5/s", "key": "{nope}"}, "are not arguments"),
+        ({"rate": "5/s", "cost": 9}, "cost must be from 1"),
+    ],
+)
+def test_decoration__bad_arguments_are_refused(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidLockArgumentError, match=message):
+
+        @rate_limit(**options)
+        def job(customer_id: int) -> None:
+            """A task function."""
