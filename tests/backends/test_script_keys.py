@@ -24,7 +24,7 @@ import redis as redis_py
 from django.test import override_settings
 
 from django_redis_lock import alock, leader, lock, lock_all, locks, rate_limit, rwlock
-from django_redis_lock.backends.base import AcquireRequest
+from django_redis_lock.backends.base import AcquireRequest, Rate
 from django_redis_lock.celery.beat import CLAIM
 from tests.support.helpers import eventually, in_thread, locks_setting, queued
 
@@ -225,6 +225,7 @@ def rate_limits(using: str) -> None:
     handle = rate_limit("keys:rate", ["2/s", "5/m"], using=using, blocking=False)
     assert [handle.acquire() for _ in range(3)] == [True, True, False]
     assert handle.acquire(cost=2) is False
+    locks[using].schedule_retry("keys:rate", Rate(2, 1.0), 0.5)
 
 
 WORKLOADS = [

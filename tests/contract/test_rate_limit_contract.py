@@ -8,6 +8,7 @@ passes them at once, elsewhere a test really waits. Redlock refuses rate limits 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 
 import pytest
@@ -212,3 +213,16 @@ def test_rate_limit__a_cost_above_the_limit_is_refused() -> None:
 def test_rate_limit__a_rate_of_the_wrong_type_is_a_type_error(value: object) -> None:
     with pytest.raises(TypeError, match="rate must be a str"):
         rate_limit("rl:bad", value)  # type: ignore[arg-type]
+
+
+def test_schedule_retry__spaces_the_retries_a_period_over_the_limit_apart(using: str) -> None:
+    backend, rate = locks[using], Rate(5, 1.0)
+    waits = [backend.schedule_retry("rl:retry", rate, 0.5) for _ in range(6)]
+    assert 0.45 <= waits[0] <= 0.5
+    gaps = [later - earlier for earlier, later in itertools.pairwise(waits)]
+    assert all(0.15 <= gap <= 0.2 for gap in gaps), gaps
+    # A slot further away than the queue of retries: the retry waits for the slot.
+    assert 2.9 <= backend.schedule_retry("rl:retry", rate, 3.0) <= 3.0
+    # Each rate limit, and each rate, spaces its own.
+    assert backend.schedule_retry("rl:other", rate, 0.1) <= 0.1
+    assert backend.schedule_retry("rl:retry", Rate(100, 60.0), 0.1) <= 0.1

@@ -1069,7 +1069,7 @@ def test_shell__exit_statuses(
 def test_help__every_subcommand_and_option_is_described() -> None:
     parser = Command().create_parser("manage.py", "locks")
     [subparsers] = [a for a in parser._actions if a.dest == "subcommand"]
-    assert set(subparsers.choices) == {"list", "show", "release"}
+    assert set(subparsers.choices) == {"list", "show", "release", "rates"}
     assert all(choice.help for choice in subparsers._choices_actions)
     for name, sub in subparsers.choices.items():
         assert sub.description, name
@@ -1080,9 +1080,12 @@ def test_help__every_subcommand_and_option_is_described() -> None:
         assert f"\n  {field} " in list_help
     assert "--exact" in subparsers.choices["list"].format_help()
     assert "exit status: 0 done; 1 a check failed" in " ".join(parser.format_help().split())
+    rates_help = subparsers.choices["rates"].format_help()
+    for field in ("alias", "name", "rate", "limit", "period", "used", "free_in"):
+        assert f"\n  {field} " in rates_help
 
 
-@pytest.mark.parametrize("subcommand", [[], ["list"], ["show"], ["release"]])
+@pytest.mark.parametrize("subcommand", [[], ["list"], ["show"], ["release"], ["rates"]])
 def test_help__is_printed_and_exits_0(
     capsys: pytest.CaptureFixture[str], subcommand: list[str]
 ) -> None:
@@ -1100,7 +1103,7 @@ def test_help__says_that_options_of_list_need_no_subcommand(
 
     assert code == listed == 0
     assert out.startswith("usage: manage.py locks [-h]")
-    assert "{list,show,release} ..." in out
+    assert "{list,show,release,rates} ..." in out
     assert "`locks --json` is `locks list --json`" in " ".join(out.split())
     assert list_help.startswith("usage: manage.py locks list [-h]")
     assert "`locks` alone, or followed by these options, runs `locks list`" in " ".join(
