@@ -20,7 +20,7 @@ from .._core.validation import validate_limit, validate_min_hold, validate_timeo
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 from ..listing import TaskRecord
-from .lock_names import KeySpec, arguments, key_fields, key_part, lock_name
+from .lock_names import KeySpec, arguments, key_part, key_signature, lock_name
 
 __all__ = ["Enqueue", "KeySpec", "Policy", "SingleInstance", "configure"]
 
@@ -58,13 +58,7 @@ class SingleInstance:
         template's fields, name arguments ``func`` does not have: when the task is defined,
         not at its first run.
         """
-        signature = inspect.signature(func)
-        unknown = [name for name in key_fields(self.key) if name not in signature.parameters]
-        if unknown:
-            raise InvalidLockArgumentError(
-                f"single_instance key names {unknown!r} are not arguments of "
-                f"{func.__qualname__}{signature}."
-            )
+        signature = key_signature(self.key, func, decorator="single_instance")
         return dataclasses.replace(self, signature=signature)
 
     def lock_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:

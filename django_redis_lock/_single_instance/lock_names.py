@@ -29,6 +29,7 @@ __all__ = [
     "encode_key_value",
     "key_fields",
     "key_part",
+    "key_signature",
     "lock_name",
 ]
 
@@ -61,6 +62,23 @@ def key_fields(key: KeySpec) -> list[str]:
         return []
     fields = (field for _, field, _, _ in _formatter.parse(key) if field is not None)
     return [re.split(r"[.\[]", field, maxsplit=1)[0] for field in fields]
+
+
+def key_signature(key: KeySpec, func: Callable[..., Any], *, decorator: str) -> inspect.Signature:
+    """Return the signature of ``func``, whose arguments ``key`` reads.
+
+    Raise :class:`~django_redis_lock.InvalidLockArgumentError` if a list key, or a template's
+    fields, name arguments ``func`` does not have: when the task is defined, not at its first
+    run. ``decorator`` names the decorator in the message.
+    """
+    signature = inspect.signature(func)
+    unknown = [name for name in key_fields(key) if name not in signature.parameters]
+    if unknown:
+        raise InvalidLockArgumentError(
+            f"{decorator} key names {unknown!r} are not arguments of "
+            f"{func.__qualname__}{signature}."
+        )
+    return signature
 
 
 def lock_name(queue: str, task_name: str, part: str | None) -> str:

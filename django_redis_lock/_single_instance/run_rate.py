@@ -23,7 +23,7 @@ from ..backends.base import Admission, Rate
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 from ..ratelimit import RateLimit
-from .lock_names import KeySpec, key_fields, key_part, lock_name
+from .lock_names import KeySpec, key_part, key_signature, lock_name
 
 __all__ = ["OnLimit", "TaskRateLimit", "configure_rate_limit", "refuse_hit", "retry_countdown"]
 
@@ -51,13 +51,7 @@ class TaskRateLimit:
 
     def of(self, func: Callable[..., Any]) -> TaskRateLimit:
         """Return these settings for ``func``, refusing a key that names no argument of it."""
-        signature = inspect.signature(func)
-        unknown = [name for name in key_fields(self.key) if name not in signature.parameters]
-        if unknown:
-            raise InvalidLockArgumentError(
-                f"rate_limit key names {unknown!r} are not arguments of "
-                f"{func.__qualname__}{signature}."
-            )
+        signature = key_signature(self.key, func, decorator="rate_limit")
         return dataclasses.replace(self, signature=signature)
 
     def limit_name(self, task_name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:

@@ -31,7 +31,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
@@ -39,6 +39,7 @@ from django.utils import timezone
 
 from .._single_instance.config import SingleInstance
 from .._single_instance.enqueue_claim import NAMING_WAIT, claim, claim_metadata, claim_name
+from .._single_instance.run_rate import TaskRateLimit
 from ..backends.base import AcquireRequest, BaseLockBackend, ReleaseRequest
 from ..exceptions import DuplicateTaskError, LockError
 from ..handler import locks
@@ -46,12 +47,16 @@ from ..listing import task_id
 from ..lock import Lock
 from ._compat import ImmediateBackend, Task, TaskResult
 
+#: The settings of a task decorator, whose ``signature`` its key reads.
+C = TypeVar("C", SingleInstance, TaskRateLimit)
+
 __all__ = [
     "RUNNER",
     "check_backend",
     "claiming_config",
     "config_of",
     "enqueue_claimed",
+    "free_queued_claim",
     "release_claim",
     "take_over_claim",
 ]
@@ -82,7 +87,7 @@ def config_of(task: Task[Any, Any]) -> SingleInstance | None:
     return without_context(config) if task.takes_context else config
 
 
-def without_context(config: SingleInstance) -> SingleInstance:
+def without_context(config: C) -> C:
     """Return ``config`` for the arguments after a task's first one, its context."""
     parameters = list(config.signature.parameters.values())[1:]
     return dataclasses.replace(config, signature=config.signature.replace(parameters=parameters))
@@ -322,3 +327,17 @@ def release_claim(
                 backend.release(name, info.owner, ReleaseRequest(holds=1))
     except LockError:
         logger.warning("Could not free the claim %r.", name, exc_info=True)
+
+
+def free_queued_claim(
+    task: Task[Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any], result_id: str
+) -> None:
+    """Free the claim that the task ``result_id`` holds, before it enqueues itself again.
+
+    For a run that a decorator refused before ``@single_instance`` took its claim over
+    (``@rate_limit`` above it): the retry's ``enqueue()`` claims anew, and would otherwise
+    find this run's claim and refuse itself. Nothing to do for a task without ``enqueue=``.
+    """
+    config = claiming_config(task)
+    if config is not None:
+        release_claim(config, config.lock_name(task.module_path, args, kwargs), result_id, None)

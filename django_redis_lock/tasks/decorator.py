@@ -26,7 +26,6 @@ Only this package imports ``django.tasks`` (or its backport, ``django-tasks``).
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import datetime as dt
 import functools
 import inspect
@@ -47,11 +46,19 @@ from .._single_instance.refusal import refuse_run
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import DuplicateTaskError, LockNotAcquiredError
 from ..lock import AsyncLock, Lock
-from ._compat import TaskContext, TaskResult, task_enqueued, task_finished, task_started
-from .claims import RUNNER, claiming_config, release_claim, take_over_claim, without_context
+from ._compat import TaskResult, task_enqueued
+from .claims import (
+    RUNNER,
+    C,
+    claiming_config,
+    release_claim,
+    take_over_claim,
+    without_context,
+)
+from .current import WRAPPER, before_retry, calling, result_of, split_context
 from .task_class import SingleInstanceTask
 
-__all__ = ["QUEUE", "KeySpec", "current_result", "single_instance"]
+__all__ = ["QUEUE", "KeySpec", "run_arguments", "single_instance"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,29 +68,21 @@ logger = logging.getLogger("django_redis_lock")
 #: The first part of a ``django.tasks`` run's lock name.
 QUEUE = "task"
 
-#: The result of the task this context is running, as ``task_started`` announced it.
-_current: contextvars.ContextVar[TaskResult[Any, Any] | None] = contextvars.ContextVar(
-    "django_redis_lock_task_result", default=None
-)
-_started: dict[str, contextvars.Token[TaskResult[Any, Any] | None]] = {}
-
 #: The tasks whose enqueues without a claim were reported already.
 _reported: set[str] = set()
 
 
-def current_result(wrapper: Callable[..., Any]) -> TaskResult[Any, Any] | None:
-    """Return the result of the task run that called ``wrapper``, the task's own function.
+def run_arguments(
+    config: C, wrapper: Callable[..., Any], args: tuple[Any, ...]
+) -> tuple[C, tuple[Any, ...], TaskResult[Any, Any] | None]:
+    """Return what a run's key reads: ``config`` for its arguments, the arguments, its result.
 
-    None when it is not known: a run without its context under another decorator of this
-    package, or a call outside a task (``.call()`` in a body).
+    A task that takes its context gets it first: the key reads the arguments after it, and
+    the context names the run's result; otherwise :func:`.current.result_of` finds it.
     """
-    current = _current.get()
-    func = None if current is None else current.task.func
-    while func is not None:
-        if func is wrapper:
-            return current
-        func = getattr(func, "__wrapped__", None)
-    return None
+    context, rest = split_context(args)
+    config = without_context(config) if context is not None else config
+    return config, rest, result_of(wrapper, context)
 
 
 def single_instance(
@@ -156,6 +155,7 @@ def single_instance(
             wrapper = run
         wrapper.__single_instance__ = config  # type: ignore[attr-defined]
         wrapper.__signature__ = config.signature  # type: ignore[attr-defined]
+        setattr(wrapper, WRAPPER, True)
         return wrapper
 
     return decorate
@@ -172,10 +172,8 @@ class _Run:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
-        context = args[0] if args and isinstance(args[0], TaskContext) else None
-        self.args, self.kwargs = (args[1:] if context else args), kwargs
-        self.config = without_context(config) if context else config
-        self.result = context.task_result if context is not None else current_result(wrapper)
+        self.config, self.args, self.result = run_arguments(config, wrapper, args)
+        self.kwargs = kwargs
         self.task_name = f"{func.__module__}.{func.__qualname__}"
         self.name = self.config.lock_name(self.task_name, self.args, kwargs)
         self.record = self.config.record(
@@ -204,6 +202,14 @@ class _Run:
     def start(self) -> None:
         """Note that the run holds its lock, and its body starts."""
         self.started_at = time.monotonic()
+
+    def free_claim_for_retry(self) -> None:
+        """Free the task's claim now: a decorator inside this one enqueues the task again.
+
+        Its body did not run, so no min_hold window keeps the claim from the retry.
+        """
+        self.started_at = None
+        self.free_claim()
 
     def free_claim(self) -> None:
         """Free the task's claim: the run is over. A body that ran keeps its min_hold window.
@@ -243,6 +249,8 @@ class _Run:
         # The run is over: free its claim, so that the retry, enqueued as any task is, can
         # take one of its own.
         assert self.result is not None
+        for free in before_retry():  # a claim taken over by a decorator around this one
+            free()
         self.free_claim()
         later = timezone.now() + dt.timedelta(seconds=countdown)
         try:
@@ -260,12 +268,7 @@ def _run(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    run = _Run(config, wrapper, func, args, kwargs)
-    outside = _current.set(None)  # a task the body calls (.call()) is not this run
-    try:
-        return _run_held(run, func, args, kwargs)
-    finally:
-        _current.reset(outside)
+    return _run_held(_Run(config, wrapper, func, args, kwargs), func, args, kwargs)
 
 
 def _run_held(
@@ -283,7 +286,8 @@ def _run_held(
             return None
         run.start()
         try:
-            value = func(*args, **kwargs)
+            with calling(func, run.free_claim_for_retry):
+                value = func(*args, **kwargs)
         except BaseException as exc:
             held._leave(exc)
             raise
@@ -300,12 +304,7 @@ async def _arun(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> Any:
-    run = _Run(config, wrapper, func, args, kwargs)
-    outside = _current.set(None)  # a task the body calls (.call()) is not this run
-    try:
-        return await _arun_held(run, func, args, kwargs)
-    finally:
-        _current.reset(outside)
+    return await _arun_held(_Run(config, wrapper, func, args, kwargs), func, args, kwargs)
 
 
 async def _arun_held(
@@ -323,7 +322,8 @@ async def _arun_held(
             return None
         run.start()
         try:
-            value = await func(*args, **kwargs)
+            with calling(func, run.free_claim_for_retry):
+                value = await func(*args, **kwargs)
         except BaseException as exc:
             await held._leave(exc)
             raise
@@ -331,24 +331,6 @@ async def _arun_held(
         return value
     finally:
         await asyncio.to_thread(run.free_claim)
-
-
-@receiver(task_started, dispatch_uid="django_redis_lock.tasks.started")
-def _task_started(sender: object, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
-    # Every backend announces a run in the thread that runs it, just before it calls the
-    # task: the run reads its result here when it takes no context.
-    _started[str(task_result.id)] = _current.set(task_result)
-
-
-@receiver(task_finished, dispatch_uid="django_redis_lock.tasks.finished")
-def _task_finished(sender: object, task_result: TaskResult[Any, Any], **kwargs: Any) -> None:
-    token = _started.pop(str(task_result.id), None)
-    if token is None:
-        return
-    try:
-        _current.reset(token)  # the run that enqueued this one (ImmediateBackend) is current
-    except ValueError:  # announced in another context
-        _current.set(None)
 
 
 @receiver(task_enqueued, dispatch_uid="django_redis_lock.tasks.enqueued")

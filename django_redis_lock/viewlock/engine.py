@@ -31,7 +31,15 @@ from ..listing import retry_after as lease_left
 from ..lock import AsyncLock, Lock
 from .key_functions import Key, request_key, validate_key
 
-__all__ = ["CONFLICT_STATUSES", "UNSAFE_METHODS", "RetryAfter", "ViewLock", "wants_json"]
+__all__ = [
+    "CONFLICT_STATUSES",
+    "UNSAFE_METHODS",
+    "RetryAfter",
+    "ViewLock",
+    "conflict_response",
+    "refusal_response",
+    "validate_methods",
+]
 
 logger = logging.getLogger("django_redis_lock")
 
@@ -73,12 +81,7 @@ class ViewLock:
                 f"{self.where}: timeout must be a number of seconds >= 0 (0: do not wait), got "
                 f"{self.timeout!r}."
             )
-        if isinstance(self.methods, str) or not all(isinstance(m, str) for m in self.methods):
-            raise LockArgumentTypeError(
-                f"{self.where}: methods must be a list of HTTP method names such as "
-                f"['POST'], got {self.methods!r}."
-            )
-        object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+        object.__setattr__(self, "methods", validate_methods(self.methods, where=self.where))
 
     def applies(self, request: HttpRequest) -> bool:
         """Return whether ``request`` is one this view locks (by its method)."""
@@ -170,6 +173,21 @@ class ViewLock:
         )
 
 
+def validate_methods(methods: object, *, where: str, every: str = "") -> frozenset[str]:
+    """Return ``methods`` (a list of HTTP method names) in capitals, or refuse it.
+
+    ``every`` says, in the message, what else the caller takes (None, for every method).
+    """
+    if isinstance(methods, str) or not (
+        isinstance(methods, Collection) and all(isinstance(m, str) for m in methods)
+    ):
+        raise LockArgumentTypeError(
+            f"{where}: methods must be {every}a list of HTTP method names such as ['POST'], "
+            f"got {methods!r}."
+        )
+    return frozenset(m.upper() for m in methods)
+
+
 def validate_status(status: object, *, where: str) -> None:
     """Refuse ``status`` unless it is one a conflict may answer with."""
     if status not in CONFLICT_STATUSES:
@@ -210,14 +228,40 @@ def conflict_response(
     """
     # Rounded up as the lease left is: a client told "0" or a fraction would retry at once.
     seconds = lease_left(holders) if retry_after is None else max(1, math.ceil(retry_after))
-    message = "This request is already being processed. Try again later."
+    return refusal_response(
+        request,
+        status=status,
+        error="locked",
+        message="This request is already being processed. Try again later.",
+        seconds=seconds,
+        template_name=template_name,
+        context={"holders": holders},
+    )
+
+
+def refusal_response(
+    request: HttpRequest,
+    *,
+    status: int,
+    error: str,
+    message: str,
+    seconds: int,
+    template_name: str | None,
+    context: dict[str, Any],
+) -> HttpResponseBase:
+    """Return a refused request's answer: a template, JSON, or ``message`` as text.
+
+    JSON (``error``, ``message`` as ``detail``, ``retry_after``) goes to clients that prefer
+    it; the template gets ``context`` with ``retry_after`` and ``status``. ``Retry-After`` is
+    ``seconds``.
+    """
     response: HttpResponseBase
     if template_name is not None:
-        context = {"holders": holders, "retry_after": seconds, "status": status}
+        context = {**context, "retry_after": seconds, "status": status}
         response = HttpResponse(render_to_string(template_name, context, request), status=status)
     elif wants_json(request):
         response = JsonResponse(
-            {"error": "locked", "detail": message, "retry_after": seconds}, status=status
+            {"error": error, "detail": message, "retry_after": seconds}, status=status
         )
     else:
         response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")

@@ -13,16 +13,15 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
-from django.template.loader import render_to_string
+from django.http import HttpRequest, HttpResponseBase
 
 from .._core.rate_limiting import parse_rates, validate_cost
 from .._core.validation import validate_timeout
 from ..backends.base import Admission
 from ..conf import DEFAULT_ALIAS
-from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
+from ..exceptions import InvalidLockArgumentError
 from ..ratelimit import AsyncRateLimit, RateLimit
-from .engine import wants_json
+from .engine import refusal_response, validate_methods
 from .key_functions import Key, request_key, validate_key
 
 __all__ = ["LIMITED_STATUSES", "LimitedHook", "ViewRateLimit", "limited_response"]
@@ -70,12 +69,9 @@ class ViewRateLimit:
                 f"{self.where}: status must be 429 or 503, got {self.status!r}."
             )
         if self.methods is not None:
-            if isinstance(self.methods, str) or not all(isinstance(m, str) for m in self.methods):
-                raise LockArgumentTypeError(
-                    f"{self.where}: methods must be None (every method) or a list of HTTP "
-                    f"method names such as ['POST'], got {self.methods!r}."
-                )
-            object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+            every = "None (every method) or "
+            methods = validate_methods(self.methods, where=self.where, every=every)
+            object.__setattr__(self, "methods", methods)
 
     def applies(self, request: HttpRequest) -> bool:
         """Return whether ``request`` is one this view limits (by its method)."""
@@ -139,17 +135,12 @@ def limited_response(
     ``Retry-After`` is the whole seconds until a slot frees, rounded up, at least 1: a client
     told "0" would ask again at once.
     """
-    seconds = max(1, math.ceil(admission.retry_after))
-    message = "Too many requests. Try again later."
-    response: HttpResponseBase
-    if template_name is not None:
-        context = {"admission": admission, "retry_after": seconds, "status": status}
-        response = HttpResponse(render_to_string(template_name, context, request), status=status)
-    elif wants_json(request):
-        response = JsonResponse(
-            {"error": "rate_limited", "detail": message, "retry_after": seconds}, status=status
-        )
-    else:
-        response = HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
-    response["Retry-After"] = str(seconds)
-    return response
+    return refusal_response(
+        request,
+        status=status,
+        error="rate_limited",
+        message="Too many requests. Try again later.",
+        seconds=max(1, math.ceil(admission.retry_after)),
+        template_name=template_name,
+        context={"admission": admission},
+    )

@@ -37,8 +37,12 @@ def _record(raw_redis: redis_py.Redis, prefix: str, name: str) -> tuple[int, ...
     found = RECORD.match(value)
     assert found, value
     ends, holds, fence, at, limit = (int(group) for group in found.groups()[:5])
-    seconds, microseconds = raw_redis.time()
-    expires = seconds * 1000 + microseconds // 1000 + raw_redis.pttl(key)
+    # TIME and PTTL in one transaction: read at one instant, however loaded the machine is.
+    pipe = raw_redis.pipeline(transaction=True)
+    pipe.time()
+    pipe.pttl(key)
+    (seconds, microseconds), left = pipe.execute()
+    expires = seconds * 1000 + microseconds // 1000 + left
     return ends, holds, fence, at, limit, expires
 
 

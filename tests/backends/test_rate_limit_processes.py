@@ -11,8 +11,6 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 
 import pytest
 import redis as redis_py
@@ -21,35 +19,11 @@ from django.test import override_settings
 from django_redis_lock import BackendUnavailableError, rate_limit
 from django_redis_lock.testing import RedisServer
 from tests.support import rate_workers
-from tests.support.helpers import eventually, own_locks
+from tests.support.helpers import eventually, most_in_a_window, own_locks, running
 
 spawn = multiprocessing.get_context("spawn")
 
 SECONDS = float(os.environ.get("RATE_SECONDS", "10"))
-
-
-@contextmanager
-def running(children: Sequence[multiprocessing.process.BaseProcess]) -> Iterator[None]:
-    """Start ``children``; on the way out, kill the ones still alive (a hang, or a failure)."""
-    for child in children:
-        child.start()
-    try:
-        yield
-    finally:
-        for child in children:
-            if child.is_alive():
-                child.kill()
-            child.join(30)
-
-
-def most_in_a_window(times: Sequence[float], period: float) -> int:
-    """Return the most of ``times`` (seconds) that fall in one window ``(t - period, t]``."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while ordered[first] <= moment - period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
 
 
 def test_most_in_a_window__counts_a_sliding_window() -> None:

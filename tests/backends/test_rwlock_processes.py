@@ -15,9 +15,8 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import pytest
@@ -26,7 +25,7 @@ import redis as redis_py
 from django_redis_lock import locks, rwlock
 from django_redis_lock._core.handle import WAIT_SLICE
 from tests.support import rwlock_workers
-from tests.support.helpers import eventually, in_thread
+from tests.support.helpers import eventually, in_thread, running
 from tests.support.rwlock_workers import NAME, side_of
 
 # Many processes at once, their pace asserted: one such module runs at a time under xdist.
@@ -42,20 +41,6 @@ SECONDS = float(os.environ.get("RWLOCK_SECONDS", "10"))
 #: on a loaded machine. A wake-up the lock failed to send costs a retry slice (WAIT_SLICE,
 #: 2 s) or a lease (5 s); a starved writer waits for ever (its acquire times out at 20 s).
 MAX_WRITER_WAIT = 1.5
-
-
-@contextmanager
-def running(children: Sequence[multiprocessing.process.BaseProcess]) -> Iterator[None]:
-    """Start ``children``; on the way out, kill the ones still alive (a hang, or a failure)."""
-    for child in children:
-        child.start()
-    try:
-        yield
-    finally:
-        for child in children:
-            if child.is_alive():
-                child.kill()
-            child.join(30)
 
 
 # The contention test -------------------------------------------------------------------------

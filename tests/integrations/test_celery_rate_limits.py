@@ -10,7 +10,7 @@ import gc
 import os
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,17 +25,7 @@ from django_redis_lock import (
 )
 from django_redis_lock.celery import rate_limit as task_rate_limit
 from tests.support import celery_harness
-
-
-def most_in_a_window(times: Sequence[float], period: float) -> int:
-    """Return the most of ``times`` (seconds) in one window ``(t - period, t]``."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while ordered[first] <= moment - period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
+from tests.support.helpers import most_in_a_window
 
 # On a real worker ------------------------------------------------------------------------------
 

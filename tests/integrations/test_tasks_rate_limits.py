@@ -9,29 +9,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import override_settings
 
-from django_redis_lock import InvalidLockArgumentError, RateLimitExceededError, locks
-from django_redis_lock.tasks import rate_limit
+from django_redis_lock import InvalidLockArgumentError, RateLimitExceededError, locks, rate_limit
+from django_redis_lock.tasks import rate_limit as task_rate_limit
 from tests.support import tasks, tasks_worker
-from tests.support.helpers import locks_setting
+from tests.support.helpers import locks_setting, most_in_a_window
 from tests.support.tasks_worker import Pool, call, poll
-
-
-def most_in_a_window(times: Sequence[float], period: float) -> int:
-    """Return the most of ``times`` (seconds) in one window ``(t - period, t]``."""
-    ordered, most, first = sorted(times), 0, 0
-    for last, moment in enumerate(ordered):
-        while ordered[first] <= moment - period:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
 
 # On real workers -------------------------------------------------------------------------------
 
@@ -91,6 +80,29 @@ def test_workers__composes_with_single_instance_in_either_order(
     assert most_in_a_window(times, 1.0) <= 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("task_name", ["limited_claimed", "claimed_limited"])
+def test_workers__a_retry_claims_anew_with_enqueue_in_either_order(
+    workers: Pool, task_name: str
+) -> None:
+    # The run's own enqueue= claim is freed before it enqueues itself again: else the retry
+    # would meet it, be refused as a duplicate, and the run would be lost.
+    key = f"k{secrets.token_hex(4)}"
+    name = f"task:tests.support.tasks.{task_name}:{key}"
+    assert rate_limit(name, "1/2s").acquire(blocking=False)  # the slot is spent
+    (outcome,) = workers.enqueue(call(task_name, key=key))
+    assert "id" in outcome, outcome
+    (at,) = admitted(workers, key, 1)
+
+    def both_final() -> list[Any] | None:
+        rows = [row for row in workers.rows() if row.task == task_name and row.final]
+        return rows if len(rows) == 2 else None
+
+    rows = poll(both_final, "the refused run, and its retry, final")
+    assert any(row.run_after is not None for row in rows)
+    assert at > 0
+
+
 # In process (ImmediateBackend): the policies and the shapes ------------------------------------
 
 
@@ -120,6 +132,15 @@ def test_immediate__retry_waits_for_the_slot_where_nothing_can_be_deferred() -> 
     assert 1.5 <= time.monotonic() - started <= 3
 
 
+def test_immediate__a_wait_longer_than_max_wait_fails_the_run() -> None:
+    assert tasks.waits_in_vain.enqueue(1).return_value == 1
+    started = time.monotonic()
+    failed = tasks.waits_in_vain.enqueue(2)
+    assert time.monotonic() - started < 0.5, "a slot 5 s away is not waited for"
+    assert failed.status.name == "FAILED"
+    assert failed.errors[-1].exception_class is RateLimitExceededError
+
+
 def test_immediate__composes_with_single_instance_under_task() -> None:
     assert tasks.limited_single.enqueue(3).return_value == 3
 
@@ -131,11 +152,12 @@ def test_immediate__composes_with_single_instance_under_task() -> None:
         ({"rate": "5/s", "on_limit": "wait"}, "on_limit must be"),
         ({"rate": "5/s", "key": "{nope}"}, "are not arguments"),
         ({"rate": "5/s", "cost": 9}, "cost must be from 1"),
+        ({"rate": "5/s", "max_wait": 0}, "max_wait must be"),
     ],
 )
 def test_decoration__bad_arguments_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidLockArgumentError, match=message):
 
-        @rate_limit(**options)
+        @task_rate_limit(**options)
         def job(customer_id: int) -> None:
             """A task function."""

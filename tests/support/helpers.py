@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import multiprocessing
+import multiprocessing.process
 import os
 import socket
 import subprocess
@@ -266,3 +268,30 @@ def own_locks(server: Any, **options: Any) -> dict[str, Any]:
 def blocked_clients(client: Any) -> int:
     """Return how many clients of ``client``'s server are blocked (a BLPOP, say)."""
     return int(client.info("clients")["blocked_clients"])
+
+
+def most_in_a_window(times: Sequence[float], period: float) -> int:
+    """Return the most of ``times`` (seconds) that fall in one window ``(t - period, t]``.
+
+    For rate limits: no window of the period may hold more admissions than the limit.
+    """
+    ordered, most, first = sorted(times), 0, 0
+    for last, moment in enumerate(ordered):
+        while ordered[first] <= moment - period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@contextmanager
+def running(children: Sequence[multiprocessing.process.BaseProcess]) -> Iterator[None]:
+    """Start ``children``; on the way out, kill the ones still alive (a hang, or a failure)."""
+    for child in children:
+        child.start()
+    try:
+        yield
+    finally:
+        for child in children:
+            if child.is_alive():
+                child.kill()
+            child.join(30)

@@ -162,6 +162,20 @@ def lock_then_limit(context: TaskContext, key: str) -> str:
     return _admitted(key, str(context.task_result.id))
 
 
+@task(backend="db", takes_context=True)
+@rate_limit("1/2s", key="{key}")
+@single_instance(key="{key}", enqueue="raise", on_conflict="wait", timeout=10, ttl=5)
+def limited_claimed(context: TaskContext, key: str) -> str:
+    return _admitted(key, str(context.task_result.id))
+
+
+@task(backend="db")
+@single_instance(key="{key}", enqueue="raise", on_conflict="wait", timeout=10, ttl=5)
+@rate_limit("1/2s", key="{key}")
+def claimed_limited(key: str) -> str:
+    return _admitted(key, "-")
+
+
 # In process, on ImmediateBackend (the alias "default"): the policies, and a retry that waits.
 
 
@@ -204,3 +218,9 @@ def waits_for_its_slot(n: int) -> int:
 @single_instance(key="{customer_id}")
 def limited_single(customer_id: int) -> int:
     return customer_id
+
+
+@task()
+@rate_limit("1/5s", max_wait=1)
+def waits_in_vain(n: int) -> int:
+    return n
