@@ -33,7 +33,7 @@ def hit(name: str, rate: str | list[str], times: int, using: str, cost: int = 1)
 
 
 def test_rates__table_shows_rate_use_and_the_next_slot(using: str) -> None:
-    hit("partner-api", ["3/s", "100/d"], 3, using)
+    hit("partner-api", ["3/10s", "100/d"], 3, using)
     hit("exports", "10/m", 2, using, cost=2)
     status, out = run("--using", using)
     lines = out.splitlines()
@@ -42,28 +42,28 @@ def test_rates__table_shows_rate_use_and_the_next_slot(using: str) -> None:
     rows = [line.split() for line in lines[1:-1]]
     assert [row[:4] for row in rows] == [
         [using, "exports", "10/m", "4/10"],
-        [using, "partner-api", "3/s", "3/3"],
+        [using, "partner-api", "3/10s", "3/3"],
         [using, "partner-api", "100/d", "3/100"],
     ]
     assert rows[0][4:] == ["now"]
     assert rows[1][4] == "in"
-    assert 0.5 <= float(rows[1][5].rstrip("s")) <= 1.0
+    assert 5 <= float(rows[1][5].rstrip("s")) <= 10
     assert lines[-1] == "2 rate limits listed."
 
 
 def test_rates__json_field_by_field(using: str) -> None:
-    hit("partner-api", "2/s", 2, using)
+    hit("partner-api", "2/10s", 2, using)
     status, out = run("--using", using, "--json")
     document: dict[str, Any] = json.loads(out)
     assert status == 0
     (one,) = document["rate_limits"]
-    assert 0.5 <= one.pop("free_in") <= 1.0
+    assert 5 <= one.pop("free_in") <= 10
     assert one == {
         "alias": using,
         "name": "partner-api",
-        "rate": "2/s",
+        "rate": "2/10s",
         "limit": 2,
-        "period": 1.0,
+        "period": 10.0,
         "used": 2,
     }
     assert document["errors"] == []
@@ -123,7 +123,7 @@ def logged_in(*perms: str, staff: bool = True) -> Client:
 
 @pytest.mark.django_db
 def test_admin__shows_rate_limits_of_every_alias() -> None:
-    hit("partner-api", ["2/s", "100/d"], 2, "default")
+    hit("partner-api", ["2/10s", "100/d"], 2, "default")
     hit("<b>exports</b>", "10/m", 1, "locmem")
     response = logged_in("view_lock").get(LIST_URL)
     assert response.status_code == 200
@@ -132,7 +132,7 @@ def test_admin__shows_rate_limits_of_every_alias() -> None:
         for row in response.context["rate_rows"]
     ]
     assert shown == [
-        ("default", "partner-api", "2/s", "2/2", "in"),
+        ("default", "partner-api", "2/10s", "2/2", "in"),
         ("default", "partner-api", "100/d", "2/100", "now"),
         ("locmem", "<b>exports</b>", "10/m", "1/10", "now"),
     ]

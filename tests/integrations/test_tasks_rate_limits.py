@@ -129,7 +129,7 @@ def test_immediate__retry_waits_for_the_slot_where_nothing_can_be_deferred() -> 
     assert tasks.waits_for_its_slot.enqueue(1).return_value == 1
     started = time.monotonic()
     assert tasks.waits_for_its_slot.enqueue(2).return_value == 2
-    assert 1.5 <= time.monotonic() - started <= 3
+    assert 1.5 <= time.monotonic() - started <= 5
 
 
 def test_immediate__a_wait_longer_than_max_wait_fails_the_run() -> None:
