@@ -193,6 +193,9 @@ def _who(info: LockInfo | WaiterInfo) -> str:
     where = [info.host] if info.host else []
     if info.pid is not None:
         where.append(f"pid {info.pid}")
+    command = meta.get("command")
+    if command:  # manage.py locked: what runs, and where ("migrate on web-3, pid 41")
+        return f"{command} on {', '.join(where) or 'an unknown host'}"
     if info.thread:
         where.append(f"thread {info.thread}")
     return ", ".join(where) or "unknown"
