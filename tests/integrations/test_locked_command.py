@@ -123,17 +123,19 @@ def test_migrate_on_four_at_once__applied_once_every_process_exits_0(
     assert len(rows) == len(set(rows))
 
 
-def test_sigterm__is_passed_on_and_the_lock_freed(
-    redis_url: str, prefix: str, tmp_path: Path
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal__is_passed_on_and_the_lock_freed(
+    redis_url: str, prefix: str, tmp_path: Path, signum: signal.Signals
 ) -> None:
     log = tmp_path / "runs.log"
     run = locked(redis_url, prefix, "--", "record_run", "--log", str(log), "--seconds", "30")
     eventually(lambda: log.exists() and "start" in log.read_text(), 30)
-    run.send_signal(signal.SIGTERM)
+    run.send_signal(signum)
     status, _ = finish([run])[0]
     ended = time.monotonic()
     assert status == 3, "the command's own exit status, after its SIGTERM handler"
-    assert "signal-15" in log.read_text()
+    assert f"signal-{int(signum)}" in log.read_text(), "the command got it, once"
+    assert log.read_text().count("signal-") == 1
     eventually(lambda: not held("command:record_run"), 1)
     assert time.monotonic() - ended < 1
 

@@ -1,7 +1,8 @@
 """``manage.py record_run --log FILE [--seconds S] [--exit N]``: a command the tests run locked.
 
 It writes "start <pid> <time>" to the log, sleeps, then "end <pid> <time>", and exits with
-``--exit``. SIGTERM makes it write "signal <pid> 15" and exit 3 at once. Times are
+``--exit``. SIGTERM or SIGINT makes it write "signal-<number> <pid> <time>" and exit 3 at
+once. Times are
 ``time.monotonic()``, which every process of the machine reads from one clock.
 """
 
@@ -37,6 +38,7 @@ class Command(BaseCommand):
             sys.exit(3)
 
         signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         note("start")
         time.sleep(options["seconds"])
         note("end")
