@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def locked(
+def django_command(
     redis_url: str, prefix: str, *args: str, db: Path | None = None
 ) -> subprocess.Popen[str]:
-    """Start ``python -m django locked *args``; its output is piped."""
+    """Start ``python -m django *args`` with the settings of these tests; output piped."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.support.locked_settings",
@@ -43,13 +43,20 @@ def locked(
     if db is not None:
         env["DRL_LOCKED_DB"] = str(db)
     return subprocess.Popen(
-        [sys.executable, "-m", "django", "locked", *args],
+        [sys.executable, "-m", "django", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def locked(
+    redis_url: str, prefix: str, *args: str, db: Path | None = None
+) -> subprocess.Popen[str]:
+    """Start ``python -m django locked *args``."""
+    return django_command(redis_url, prefix, "locked", *args, db=db)
 
 
 def finish(processes: Sequence[subprocess.Popen[str]]) -> list[tuple[int, str]]:
@@ -209,25 +216,6 @@ def test_bad_input__is_a_clear_error_and_holds_nothing(
     assert status == 2
     assert message in err
     assert list(locks["default"].iter_locks()) == []
-
-
-def django_command(redis_url: str, prefix: str, *args: str) -> subprocess.Popen[str]:
-    """Start ``python -m django *args`` with the settings of the locked tests."""
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.support.locked_settings",
-        "DRL_LOCKED_URL": redis_url,
-        "DRL_LOCKED_PREFIX": prefix,
-        "PYTHONPATH": str(ROOT),
-    }
-    return subprocess.Popen(
-        [sys.executable, "-m", "django", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def test_locked_command__three_at_once_one_runs_two_skip_with_its_code(
