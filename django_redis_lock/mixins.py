@@ -3,6 +3,7 @@ key) and ``RateLimitMixin`` (at most N requests per period per key)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Collection, Sequence
 from typing import Any
 
@@ -55,7 +56,7 @@ class LockMixin:
 
     def get_lock_key(self) -> Key:
         """Return what requests are keyed by (see :func:`~.decorators.lock_view`)."""
-        return self.lock_key
+        return _key_as_written(self, "lock_key")
 
     def get_lock_name(self) -> str:
         """Return the fixed part of the lock's name (default: the view's dotted path)."""
@@ -154,7 +155,7 @@ class RateLimitMixin:
 
     def get_rate_limit_key(self) -> Key:
         """Return what requests are keyed by (see :func:`~.decorators.lock_view`)."""
-        return self.rate_limit_key
+        return _key_as_written(self, "rate_limit_key")
 
     def get_rate_limit_rate(self) -> str | Sequence[str]:
         """Return the rate (or rates) a key's requests are admitted at."""
@@ -205,6 +206,15 @@ class RateLimitMixin:
         parent = super().dispatch  # type: ignore[misc]
         is_async = getattr(self, "view_is_async", False)
         return _dispatch(config, parent, request, args, kwargs, is_async=is_async)
+
+
+def _key_as_written(view: object, attribute: str) -> Key:
+    # A key function given as a class attribute is the key itself, not a method of the view:
+    # read as an attribute of the instance, it would be bound, and get the view as request.
+    value = inspect.getattr_static(view, attribute)
+    if isinstance(value, (staticmethod, classmethod)):
+        value = getattr(view, attribute)
+    return value  # type: ignore[no-any-return]
 
 
 def _dispatch(

@@ -29,7 +29,7 @@ from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNo
 from ..handler import locks
 from ..listing import retry_after as lease_left
 from ..lock import AsyncLock, Lock
-from .key_functions import Key, request_key, validate_key
+from .key_functions import Key, arequest_key, request_key, validate_key
 
 __all__ = [
     "CONFLICT_STATUSES",
@@ -91,8 +91,7 @@ class ViewLock:
         """Return the name of the lock that ``request`` takes."""
         return f"view:{self.name}:{request_key(request, self.key, args, kwargs, where=self.where)}"
 
-    def _options(self, request: HttpRequest) -> LockKeywords:
-        user = getattr(request, "user", None)
+    def _options(self, request: HttpRequest, user: Any) -> LockKeywords:
         metadata = {"method": request.method, "path": request.path[:200]}
         if user is not None and user.is_authenticated:
             metadata["user"] = str(user.pk)
@@ -115,7 +114,8 @@ class ViewLock:
         kwargs: dict[str, Any],
     ) -> HttpResponseBase:
         """Run ``view`` holding the request's lock, or answer the conflict."""
-        held = Lock(self.lock_name(request, args, kwargs), **self._options(request))
+        user = getattr(request, "user", None)
+        held = Lock(self.lock_name(request, args, kwargs), **self._options(request, user))
         try:
             held._enter()
         except LockNotAcquiredError:
@@ -137,7 +137,11 @@ class ViewLock:
         self, view: Callable[..., Any], request: HttpRequest, args: Any, kwargs: dict[str, Any]
     ) -> HttpResponseBase:
         """Run the async ``view`` holding the request's lock, or answer the conflict."""
-        held = AsyncLock(self.lock_name(request, args, kwargs), **self._options(request))
+        key = await arequest_key(request, self.key, args, kwargs, where=self.where)
+        # request.user would be loaded from the database in the loop, which Django refuses.
+        auser = getattr(request, "auser", None)
+        user = await auser() if auser is not None else getattr(request, "user", None)
+        held = AsyncLock(f"view:{self.name}:{key}", **self._options(request, user))
         try:
             await held._enter()
         except LockNotAcquiredError:

@@ -21,6 +21,7 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
@@ -28,7 +29,7 @@ from django.http import HttpRequest
 from .._core.names import MAX_READABLE, digest
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 
-__all__ = ["KEY_WORDS", "Key", "client_ip", "request_key", "validate_key"]
+__all__ = ["KEY_WORDS", "Key", "arequest_key", "client_ip", "request_key", "validate_key"]
 
 KeyPart = str | Callable[..., str]
 Key = KeyPart | Sequence[KeyPart]
@@ -82,6 +83,25 @@ def request_key(
             value = _word(request, str(part), kwargs, where=where)
         values.append(value if len(value) <= MAX_READABLE else f"sha256={digest(value)}")
     return ":".join(values)
+
+
+#: The words whose value may need the database: ``request.user`` and the session load lazily.
+_DATABASE_WORDS = frozenset({"user", "session"})
+
+
+async def arequest_key(
+    request: HttpRequest, key: Key, args: Sequence[Any], kwargs: dict[str, Any], *, where: str
+) -> str:
+    """Do what :func:`request_key` does, from an event loop that must not block.
+
+    A key function, ``"user"`` or ``"session"`` may query the database (``request.user`` is
+    loaded lazily), which Django refuses in an event loop: such a key is computed in a
+    thread, as Django runs any blocking code of an async view.
+    """
+    parts = key if isinstance(key, (list, tuple)) else [key]
+    if any(callable(part) or part in _DATABASE_WORDS for part in parts):
+        return await sync_to_async(request_key)(request, key, args, kwargs, where=where)
+    return request_key(request, key, args, kwargs, where=where)
 
 
 def _word(request: HttpRequest, word: str, kwargs: dict[str, Any], *, where: str) -> str:

@@ -22,7 +22,7 @@ from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError
 from ..ratelimit import AsyncRateLimit, RateLimit
 from .engine import refusal_response, validate_methods
-from .key_functions import Key, request_key, validate_key
+from .key_functions import Key, arequest_key, request_key, validate_key
 
 __all__ = ["LIMITED_STATUSES", "LimitedHook", "ViewRateLimit", "limited_response"]
 
@@ -107,7 +107,8 @@ class ViewRateLimit:
         self, view: Callable[..., Any], request: HttpRequest, args: Any, kwargs: dict[str, Any]
     ) -> HttpResponseBase:
         """Do what :meth:`call` does for an async ``view``, without blocking the loop."""
-        name = self.limit_name(request, args, kwargs)
+        key = await arequest_key(request, self.key, args, kwargs, where=self.where)
+        name = f"view:{self.name}:{key}"
         admission = await AsyncRateLimit(name, self.rate, **self._options()).admit()
         if not admission.admitted:
             return self.limited(request, admission)

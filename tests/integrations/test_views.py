@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 import redis as redis_py
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import AnonymousUser, User
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.checks import Error, run_checks
@@ -253,6 +254,29 @@ async def test_through_the_async_client() -> None:
     assert response.status_code == 409
     assert response["Retry-After"] == "7"
     assert (await client.post("/aplain/")).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ROOT_URLCONF="tests.support.view_urls")
+@pytest.mark.parametrize(
+    ("path", "name"), [("/aplain/", "aclient:path=/aplain/"), ("/auser/", "")]
+)
+async def test_through_the_async_client__a_logged_in_user_is_loaded_without_blocking(
+    path: str, name: str
+) -> None:
+    # Django refuses a database query in the event loop: the user (the key, or the holder's
+    # metadata) is loaded without one.
+    user = await sync_to_async(User.objects.create_user)("alice")
+    client = AsyncClient()
+    await client.aforce_login(user)
+    name = name or f"auser:user={user.pk}"
+    holder = lock(f"view:{name}", ttl=7, owner="holder")
+    assert (await client.post(path)).status_code == 200
+    await asyncio.to_thread(holder.acquire)
+    try:
+        assert (await client.post(path)).status_code == 409
+    finally:
+        await asyncio.to_thread(holder.release)
 
 
 # Keys ----------------------------------------------------------------------------------------
@@ -1034,6 +1058,30 @@ async def test_mixin_async_view_releases_when_it_raises() -> None:
     with pytest.raises(Boom):
         await AsyncRaising.as_view()(arf.post("/x/"))
     assert await aheld_names() == []
+
+
+def by_account(request: HttpRequest, *args: Any, **kwargs: Any) -> str:
+    return f"account={request.headers.get('X-Account', '')}"
+
+
+class ByAccount(LockMixin, View):
+    lock_key = by_account  # a plain function as the class attribute: the key itself
+    lock_name = "acct"
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        return HttpResponse("post")
+
+
+class ByAccountStatic(ByAccount):
+    lock_key = staticmethod(by_account)
+
+
+@pytest.mark.parametrize("cls", [ByAccount, ByAccountStatic])
+def test_mixin_key_function__gets_the_request_not_the_view(cls: type[View]) -> None:
+    view = cls.as_view()
+    with lock("view:acct:account=7", ttl=7):
+        assert view(post(headers={"X-Account": "7"})).status_code == 409
+        assert view(post(headers={"X-Account": "8"})).status_code == 200
 
 
 def test_mixin_bad_key_is_refused_when_the_class_is_defined() -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
@@ -261,3 +262,17 @@ def test_rate_limit_view__bad_options_fail_when_the_view_is_defined(
         limited_view(key, rate, asynchronous=False, mixin=face == "mixin", **options)
     where = "RateLimitMixin on" if face == "mixin" else "rate_limit_view on"
     assert where in str(raised.value)
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(ROOT_URLCONF="tests.support.view_urls")
+async def test_rate_limit_view__async_keyed_by_a_logged_in_user_loads_it_without_blocking() -> (
+    None
+):
+    user = await sync_to_async(User.objects.create_user)("alice")
+    client = AsyncClient()
+    await client.aforce_login(user)
+    statuses = [(await client.post("/auser-limited/")).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    other = AsyncClient()  # an anonymous visitor is keyed by a session of their own
+    assert (await other.post("/auser-limited/")).status_code == 200

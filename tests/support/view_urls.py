@@ -50,12 +50,24 @@ async def alimited(request: HttpRequest) -> HttpResponse:
     return HttpResponse("alimited")
 
 
+@lock_view("user", name="auser", ttl=7)
+async def auser(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("auser")
+
+
+@rate_limit_view("user", "2/10s", name="aratelimited")
+async def auser_limited(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("auser_limited")
+
+
 urlpatterns = [
     path("proc/<str:slot>/", blocking),
     path("plain/", plain),
     path("aplain/", aplain),
     path("limited/", limited),
     path("alimited/", alimited),
+    path("auser/", auser),
+    path("auser-limited/", auser_limited),
 ]
 
 
