@@ -21,6 +21,8 @@ all. Configuration mistakes are different: they derive from Django's
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
 
 __all__ = [
@@ -39,11 +41,26 @@ __all__ = [
 
 
 class LockError(Exception):
-    """Root of every runtime lock failure; ``lock_name`` names the lock involved."""
+    """Root of every runtime lock failure; ``lock_name`` names the lock involved.
+
+    An error keeps its type and its attributes when pickled or copied, as a Celery result
+    backend or a process pool hands it on.
+    """
 
     def __init__(self, message: str, *, lock_name: str | None = None) -> None:
         super().__init__(message)
         self.lock_name = lock_name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuilt(cls: type[LockError], args: tuple[Any, ...], state: dict[str, Any]) -> LockError:
+    """Return an error of ``cls`` with ``args`` and the attributes in ``state`` (unpickling)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class LockNotAcquiredError(LockError):
@@ -70,7 +87,9 @@ class RateLimitExceededError(LockNotAcquiredError):
     process may take it first).
     """
 
-    def __init__(self, message: str, *, lock_name: str | None = None, retry_after: float) -> None:
+    def __init__(
+        self, message: str, *, lock_name: str | None = None, retry_after: float = 0.0
+    ) -> None:
         super().__init__(message, lock_name=lock_name)
         self.retry_after = retry_after
 

@@ -63,6 +63,13 @@ def test_worker__30_sends_of_5_per_s_all_run_within_the_limit_in_about_6_s(
 
 
 @pytest.mark.slow
+def test_worker__raise_reaches_the_caller_as_the_packages_error(tasks: Any) -> None:
+    assert tasks.limited_or_raised.delay(1).get(timeout=30) == 1
+    with pytest.raises(RateLimitExceededError, match="has no room"):
+        tasks.limited_or_raised.delay(2).get(timeout=30)
+
+
+@pytest.mark.slow
 def test_worker__a_killed_childs_run_is_redelivered_within_the_limit(
     tasks: Any, celery_pair: dict[str, Any]
 ) -> None:

@@ -187,6 +187,12 @@ def limited(self: Any, run: int) -> object:
     return admitted("limited", run, retries=self.request.retries)
 
 
+@app.task
+@rate_limit("1/10s", on_limit="raise")
+def limited_or_raised(run: int) -> object:
+    return admitted("limited_or_raised", run)
+
+
 @app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
 @rate_limit("2/s")
 def limited_redelivered(self: Any, run: int) -> object:
