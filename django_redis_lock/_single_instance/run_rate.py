@@ -16,13 +16,13 @@ import logging
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .._core.rate_limiting import parse_rates, validate_cost
 from ..backends.base import Admission, Rate
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
-from ..ratelimit import RateLimit
+from ..ratelimit import AsyncRateLimit, RateLimit
 from .lock_names import KeySpec, key_part, key_signature, lock_name
 
 __all__ = ["OnLimit", "TaskRateLimit", "configure_rate_limit", "refuse_hit", "retry_countdown"]
@@ -30,6 +30,9 @@ __all__ = ["OnLimit", "TaskRateLimit", "configure_rate_limit", "refuse_hit", "re
 logger = logging.getLogger("django_redis_lock")
 
 OnLimit = Literal["retry", "skip", "raise"]
+
+#: A rate limit's handle: blocking or asyncio.
+H = TypeVar("H", RateLimit, AsyncRateLimit)
 
 #: The most jitter added to a retry's countdown, as a share of the spacing of retries.
 RETRY_JITTER = 0.25
@@ -59,9 +62,9 @@ class TaskRateLimit:
         part = key_part(self.key, self.signature, args, kwargs)
         return lock_name(self.queue, self.name or task_name, part)
 
-    def handle(self, name: str) -> RateLimit:
-        """Return the rate limit ``name``, asked once (a run never waits in it by default)."""
-        return RateLimit(name, self.rate, using=self.using, cost=self.cost, blocking=False)
+    def handle(self, name: str, kind: type[H] = RateLimit) -> H:  # type: ignore[assignment]
+        """Return the rate limit ``name``, a handle of ``kind`` that does not wait by default."""
+        return kind(name, self.rate, using=self.using, cost=self.cost, blocking=False)
 
 
 def configure_rate_limit(

@@ -135,7 +135,8 @@ class _Run:
         task_name = f"{func.__module__}.{func.__qualname__}"
         self.name = self.config.limit_name(task_name, self.args, kwargs)
         self.waits = config.on_limit == "retry" and not self._can_enqueue_again()
-        self.max_wait = max_wait
+        # A run that cannot be enqueued again waits for its slot, max_wait at most.
+        self.timeout = max_wait if self.waits else None
         # What the wrappers around this one ask before the run enqueues itself again.
         self.hooks = before_retry()
 
@@ -147,15 +148,12 @@ class _Run:
 
     def hit(self) -> Admission:
         """Count the run's hit; wait for a slot if it cannot be enqueued again."""
-        timeout = self.max_wait if self.waits else None
-        return self.config.handle(self.name).admit(blocking=self.waits, timeout=timeout)
+        return self.config.handle(self.name).admit(blocking=self.waits, timeout=self.timeout)
 
     async def ahit(self) -> Admission:
         """Do what :meth:`hit` does, without blocking the event loop."""
-        config = self.config
-        handle = AsyncRateLimit(self.name, config.rate, using=config.using, cost=config.cost)
-        timeout = self.max_wait if self.waits else None
-        return await handle.admit(blocking=self.waits, timeout=timeout)
+        handle = self.config.handle(self.name, AsyncRateLimit)
+        return await handle.admit(blocking=self.waits, timeout=self.timeout)
 
     def refused(self, admission: Admission) -> None:
         """Skip, raise, or enqueue the task again for its place among the retries."""
