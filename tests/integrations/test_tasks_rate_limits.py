@@ -9,35 +9,17 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import override_settings
 
 from django_redis_lock import InvalidLockArgumentError, RateLimitExceededError, locks, rate_limit
 from django_redis_lock.tasks import rate_limit as task_rate_limit
-from tests.support import tasks, tasks_worker
-from tests.support.helpers import locks_setting, most_in_a_window
+from tests.support import tasks
+from tests.support.helpers import most_in_a_window
 from tests.support.tasks_worker import Pool, call, poll
 
 # On real workers -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def pool(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    """Run two workers and a client on a SQLite file for the module."""
-    with tasks_worker.running(Path(tmp_path_factory.mktemp("tasks-db")), redis_url) as pool:
-        yield pool
-
-
-@pytest.fixture
-def workers(pool: Pool) -> Iterator[Pool]:
-    pool.revive()
-    with override_settings(LOCKS=locks_setting(pool.redis_url, pool.prefix)):
-        yield pool
-    pool.drain()
 
 
 def admitted(workers: Pool, key: str, count: int, timeout: float = 30) -> list[float]:

@@ -10,38 +10,18 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import override_settings
 
 from django_redis_lock import lock, locks
-from tests.support import tasks_worker
-from tests.support.helpers import locks_setting, queued
+from tests.support.helpers import queued
 from tests.support.tasks_worker import Pool, assert_no_overlap, call, poll, spans
 
 pytestmark = pytest.mark.slow
 
 #: The lock name of a run of ``task`` (of tests.support.tasks) with ``key``.
 LOCK = "task:tests.support.tasks.{task}:{key}"
-
-
-@pytest.fixture(scope="module")
-def pool(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    """Run two workers and a client on a SQLite file for the module."""
-    with tasks_worker.running(Path(tmp_path_factory.mktemp("tasks-db")), redis_url) as pool:
-        yield pool
-
-
-@pytest.fixture
-def workers(pool: Pool) -> Iterator[Pool]:
-    """Give a test both workers running, LOCKS on theirs; wait for its tasks after it."""
-    pool.revive()
-    with override_settings(LOCKS=locks_setting(pool.redis_url, pool.prefix)):
-        yield pool
-    pool.drain()
 
 
 @pytest.fixture
