@@ -29,7 +29,7 @@ from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError, LockNo
 from ..handler import locks
 from ..listing import retry_after as lease_left
 from ..lock import AsyncLock, Lock
-from .key_functions import Key, arequest_key, request_key, validate_key
+from .key_functions import Key, arequest_key, request_key, validate_key, view_name
 
 __all__ = [
     "CONFLICT_STATUSES",
@@ -89,7 +89,7 @@ class ViewLock:
 
     def lock_name(self, request: HttpRequest, args: Any, kwargs: dict[str, Any]) -> str:
         """Return the name of the lock that ``request`` takes."""
-        return f"view:{self.name}:{request_key(request, self.key, args, kwargs, where=self.where)}"
+        return view_name(self.name, request_key(request, self.key, args, kwargs, where=self.where))
 
     def _options(self, request: HttpRequest, user: Any) -> LockKeywords:
         metadata = {"method": request.method, "path": request.path[:200]}
@@ -141,7 +141,7 @@ class ViewLock:
         # request.user would be loaded from the database in the loop, which Django refuses.
         auser = getattr(request, "auser", None)
         user = await auser() if auser is not None else getattr(request, "user", None)
-        held = AsyncLock(f"view:{self.name}:{key}", **self._options(request, user))
+        held = AsyncLock(view_name(self.name, key), **self._options(request, user))
         try:
             await held._enter()
         except LockNotAcquiredError:

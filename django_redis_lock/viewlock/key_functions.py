@@ -29,7 +29,15 @@ from django.http import HttpRequest
 from .._core.names import MAX_READABLE, digest
 from ..exceptions import InvalidLockArgumentError, LockArgumentTypeError
 
-__all__ = ["KEY_WORDS", "Key", "arequest_key", "client_ip", "request_key", "validate_key"]
+__all__ = [
+    "KEY_WORDS",
+    "Key",
+    "arequest_key",
+    "client_ip",
+    "request_key",
+    "validate_key",
+    "view_name",
+]
 
 KeyPart = str | Callable[..., str]
 Key = KeyPart | Sequence[KeyPart]
@@ -83,6 +91,11 @@ def request_key(
             value = _word(request, str(part), kwargs, where=where)
         values.append(value if len(value) <= MAX_READABLE else f"sha256={digest(value)}")
     return ":".join(values)
+
+
+def view_name(name: str, part: str) -> str:
+    """Return the name of a view's lock or rate limit: ``view:<name>:<the request's key>``."""
+    return f"view:{name}:{part}"
 
 
 #: The words whose value may need the database: ``request.user`` and the session load lazily.

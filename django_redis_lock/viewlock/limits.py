@@ -22,7 +22,7 @@ from ..conf import DEFAULT_ALIAS
 from ..exceptions import InvalidLockArgumentError
 from ..ratelimit import AsyncRateLimit, RateLimit
 from .engine import refusal_response, validate_methods
-from .key_functions import Key, arequest_key, request_key, validate_key
+from .key_functions import Key, arequest_key, request_key, validate_key, view_name
 
 __all__ = ["LIMITED_STATUSES", "LimitedHook", "ViewRateLimit", "limited_response"]
 
@@ -79,7 +79,7 @@ class ViewRateLimit:
 
     def limit_name(self, request: HttpRequest, args: Any, kwargs: dict[str, Any]) -> str:
         """Return the name of the rate limit ``request`` counts against."""
-        return f"view:{self.name}:{request_key(request, self.key, args, kwargs, where=self.where)}"
+        return view_name(self.name, request_key(request, self.key, args, kwargs, where=self.where))
 
     def _options(self) -> dict[str, Any]:
         return {
@@ -108,7 +108,7 @@ class ViewRateLimit:
     ) -> HttpResponseBase:
         """Do what :meth:`call` does for an async ``view``, without blocking the loop."""
         key = await arequest_key(request, self.key, args, kwargs, where=self.where)
-        name = f"view:{self.name}:{key}"
+        name = view_name(self.name, key)
         admission = await AsyncRateLimit(name, self.rate, **self._options()).admit()
         if not admission.admitted:
             return self.limited(request, admission)
