@@ -13,10 +13,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ..conf import DEFAULT_ALIAS
 from ..exceptions import LockLostError, LockNotAcquiredError
-from ..handler import locks
-from ..listing import describe_holder, duration
 from ..lock import Lock
-from .output import escaped
+from .locked_runs import held_by
 
 __all__ = ["LockedCommand"]
 
@@ -63,7 +61,8 @@ class LockedCommand(BaseCommand):
         try:
             held._enter()  # renewed while the command runs, as a with block's lock is
         except LockNotAcquiredError:
-            message = f"Skipped: the lock {name!r} is held by {_holder(self.lock_using, name)}."
+            who = held_by(self.lock_using, name) or "another run (free now)"
+            message = f"Skipped: the lock {name!r} is held by {who}."
             if self.lock_skip_exit_code:
                 raise CommandError(message, returncode=self.lock_skip_exit_code) from None
             self.stderr.write(message)
@@ -78,11 +77,3 @@ class LockedCommand(BaseCommand):
         except LockLostError as exc:  # it ran, but not alone for all of it: no success
             raise CommandError(str(exc), returncode=1) from exc
         return output
-
-
-def _holder(using: str, name: str) -> str:
-    holders = locks[using].lock_info(name)
-    if not holders:
-        return "another run (free now)"
-    info = holders[0]
-    return f"{escaped(describe_holder(info))}, for {duration(info.held_for)}"

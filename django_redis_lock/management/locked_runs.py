@@ -26,7 +26,7 @@ from ..lock import Lock
 from .child_process import run_child
 from .output import escaped
 
-__all__ = ["LockedRun", "run_locked"]
+__all__ = ["LockedRun", "held_by", "run_locked"]
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,18 @@ def run_locked(run: LockedRun, stderr: TextIO) -> int:
 
 def _holder(run: LockedRun) -> str:
     """Return who holds the run's lock, in one line: what runs, where, since when."""
-    holders = locks[run.using].lock_info(run.lock_name)
-    if not holders:
+    who = held_by(run.using, run.lock_name)
+    if who is None:
         return f"the lock {run.lock_name!r} was held (and is free now)"
-    info = holders[0]
-    return (
-        f"the lock {run.lock_name!r} is held by {escaped(describe_holder(info))}, "
-        f"for {duration(info.held_for)}"
-    )
+    return f"the lock {run.lock_name!r} is held by {who}"
+
+
+def held_by(using: str, name: str) -> str | None:
+    """Return who holds lock ``name`` and for how long, for a terminal; None if nobody does."""
+    holders = locks[using].lock_info(name)
+    if not holders:
+        return None
+    return f"{escaped(describe_holder(holders[0]))}, for {duration(holders[0].held_for)}"
 
 
 def _child_env(run: LockedRun) -> dict[str, str] | None:
