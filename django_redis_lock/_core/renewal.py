@@ -266,7 +266,11 @@ class Renewer:
         renewed = [lease for lease in leases if lease.renewing]
         try:
             remaining = backend.renew([(x.name, x.owner, x.ttl) for x in renewed])
-        except LockError as exc:
+        except Exception as exc:  # any failure is retried, and a lease that ends meanwhile told
+            if not isinstance(exc, LockError):
+                logger.warning(
+                    "Renewing %d lease(s) failed unexpectedly.", len(renewed), exc_info=exc
+                )
             if observers and renewed:
                 notify("renewed", backend, len(renewed), time.monotonic() - sent, False)
             lost += self._failed(renewed, exc)
@@ -328,7 +332,7 @@ class Renewer:
             lost += self._failed(failed, exc)
         return lost
 
-    def _failed(self, leases: list[Lease], exc: LockError) -> list[tuple[Lease, Loss]]:
+    def _failed(self, leases: list[Lease], exc: Exception) -> list[tuple[Lease, Loss]]:
         now = time.monotonic()
         logger.warning("Could not renew %d lease(s): %s", len(leases), exc)
         lost = []

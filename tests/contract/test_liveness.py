@@ -222,6 +222,27 @@ def test_renewal__stops_at_release_and_never_revives_the_lock(using: str) -> Non
     assert all(lease.name != "live:stop" for lease in list(renewer._leases))
 
 
+def test_renewal__an_unforeseen_error_is_retried_later_and_the_lease_end_told(
+    using: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not a LockError: a client library's own failure (a socket closed under it, say). It
+    # must neither spin the renewal thread nor keep the holder from hearing of its loss.
+    calls: list[float] = []
+
+    def failing(leases: Any) -> Any:
+        calls.append(time.monotonic())
+        raise ValueError("I/O operation on closed file.")
+
+    handle = lock("live:unforeseen", ttl=0.6, using=using, raise_on_lost=False)
+    with caplog.at_level(logging.WARNING, "django_redis_lock"), handle:
+        monkeypatch.setattr(locks[using], "renew", failing)
+        eventually(lambda: handle.lost, timeout=5)
+    # Retried sooner as the lease's end nears (a third of what is left), never in a spin.
+    assert 1 <= len(calls) <= 40, f"{len(calls)} renewals tried in {calls[-1] - calls[0]:.2f}s"
+    assert "unexpectedly" in caplog.text
+    assert "its lease ended while renewal failed: I/O operation on closed file." in caplog.text
+
+
 def test_renewal__one_round_trip_per_interval_for_many_locks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -258,10 +258,15 @@ def async_client(
 
 
 def close_client(client: Any) -> None:
-    """Close the connections of a :func:`sync_client`, its Sentinel's included."""
-    client.connection_pool.disconnect()
+    """Close the idle connections of a :func:`sync_client`, its Sentinel's included.
+
+    A connection another thread is using (a lease being renewed, a waiter blocked on its
+    wake-up call) is left to finish: closing its socket under it would fail that command for
+    nothing, and cost a renewal its lease.
+    """
+    client.connection_pool.disconnect(inuse_connections=False)
     for sentinel in _sentinels_of(client):  # a Sentinel's own connections, to the sentinels
-        sentinel.connection_pool.disconnect()
+        sentinel.connection_pool.disconnect(inuse_connections=False)
 
 
 async def close_async_client(client: Any) -> None:
