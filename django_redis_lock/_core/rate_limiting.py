@@ -30,10 +30,14 @@ __all__ = [
 #: The seconds of each unit a rate may be written in.
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-#: The largest limit a rate may have: the scripts keep weights as exact integers.
+#: The largest limit a rate may have. The weight in a window stays exact in Lua's numbers far
+#: below 2^50, past which ``rate.lua`` counts its running totals from the window's base again.
 MAX_LIMIT = 10**12
 
-_RATE = re.compile(r"^\s*(-?\d+)\s*/\s*(\d*)\s*([a-z]+)\s*$")
+_RATE = re.compile(r"^\s*(-?[0-9]+)\s*/\s*([0-9]*)\s*([a-z]+)\s*$", re.ASCII)
+#: Numbers longer than this are out of range whatever they are, and never converted: ``int()``
+#: of thousands of digits is refused (or slow) by Python itself.
+_DIGITS = 18
 _FORMS = '"N/s", "N/m", "N/h" or "N/d" (or "N/<count><unit>", as "100/15m")'
 
 
@@ -75,21 +79,25 @@ def _parse(text: object, name: str | None) -> Rate:
         raise InvalidLockArgumentError(
             f"rate {text!r} is not of the form {_FORMS}.", lock_name=name
         )
-    limit, count, unit = int(match[1]), int(match[2] or 1), match[3]
+    limit, count, unit = _number(match[1]), _number(match[2] or "1"), match[3]
     if unit not in UNITS:
         raise InvalidLockArgumentError(
             f"rate {text!r} has the unknown unit {unit!r}: use s, m, h or d.", lock_name=name
         )
-    if not 1 <= limit <= MAX_LIMIT:
+    if limit is None or not 1 <= limit <= MAX_LIMIT:
         raise InvalidLockArgumentError(
-            f"rate {text!r} must admit from 1 to {MAX_LIMIT} hits, not {limit}.", lock_name=name
+            f"rate {text!r} must admit from 1 to {MAX_LIMIT} hits.", lock_name=name
         )
-    period = count * UNITS[unit]
+    period = MAX_SECONDS + 1 if count is None else count * UNITS[unit]
     if not 1 <= period <= MAX_SECONDS:
         raise InvalidLockArgumentError(
             f"rate {text!r} must have a period from 1 second to ten years.", lock_name=name
         )
     return Rate(limit, float(period))
+
+
+def _number(written: str) -> int | None:
+    return int(written) if len(written.lstrip("-")) <= _DIGITS else None
 
 
 def validate_cost(value: object, rates: tuple[Rate, ...], *, name: str | None = None) -> int:

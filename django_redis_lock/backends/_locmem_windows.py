@@ -15,6 +15,9 @@ from ._rate_limits import Admission, Rate, RateLimitInfo
 
 __all__ = ["RateWindows"]
 
+#: How often, at most, idle rate limits are swept away (us).
+SWEEP_EVERY_US = 1_000_000
+
 
 @dataclass
 class _Window:
@@ -48,18 +51,19 @@ class RateWindows:
     def __init__(self) -> None:
         self._windows: dict[str, dict[int, _Window]] = {}
         self._next_retry: dict[tuple[str, int], int] = {}
+        self._sweeps_at = 0
 
     def schedule_retry(self, name: str, rate: Rate, not_before: int, now: int) -> int:
         """Return the us from ``now`` until a refused hit's retry (see ``lua/retry.lua``)."""
+        self._sweep(now)
         key = (name, rate.period_us)
         at = max(now + not_before, self._next_retry.get(key, 0))
         self._next_retry[key] = at + rate.period_us // rate.limit
-        for old in [k for k, moment in self._next_retry.items() if moment + k[1] < now]:
-            del self._next_retry[old]
         return at - now
 
     def admit(self, name: str, rates: Sequence[Rate], cost: int, now: int) -> Admission:
         """Admit a hit of weight ``cost`` at ``now`` (us) if every rate has room."""
+        self._sweep(now)
         windows = self._windows.setdefault(name, {})
         wait, waiting = 0, rates[0]
         for rate in rates:
@@ -92,6 +96,19 @@ class RateWindows:
                     rate = Rate(window.limit, period_us / 1e6)
                     yield RateLimitInfo(name, rate, window.used(), free_in)
             self._tidy(name)
+
+    def _sweep(self, now: int) -> None:
+        # Once a second, whatever is kept of every rate limit idle a period is dropped, as a
+        # key expires on Redis: names that come and go (one per user, say) never pile up.
+        if now < self._sweeps_at:
+            return
+        self._sweeps_at = now + SWEEP_EVERY_US
+        for name in list(self._windows):
+            for period_us, window in self._windows[name].items():
+                window.drop_left(period_us, now)
+            self._tidy(name)
+        for old in [k for k, moment in self._next_retry.items() if moment + k[1] < now]:
+            del self._next_retry[old]
 
     def _tidy(self, name: str) -> None:
         # Nothing is kept of a rate limit whose windows are all empty.

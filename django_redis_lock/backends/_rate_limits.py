@@ -11,7 +11,8 @@ latest (to the microsecond, the server clock's precision), and leaves the window
 that one. Counting a bucket's hits until its
 latest leaves is never too few (a window never holds more than the limit), and admits a slot at
 most one granule late: at least 64/65 of the limit per period under saturation. A key holds at
-most 65 buckets of a rate, whatever its limit.
+most 65 buckets of a rate in its window, whatever its limit (and, on Redis, a base: the bucket
+that left the window last, which the running totals of ``rate.lua`` are counted from).
 """
 
 from __future__ import annotations

@@ -193,6 +193,9 @@ def test_rate_limit__nothing_is_listed_after_a_period_idle(using: str, clock: Cl
         ("10/fortnight", "unknown unit 'fortnight'"),
         ("ten per second", "is not of the form"),
         ("10/0s", "period from 1 second"),
+        ("1" + "0" * 5000 + "/s", "from 1 to"),
+        ("10/" + "9" * 5000 + "s", "period from 1 second"),
+        ("\u0661\u0660/s", "is not of the form"),  # Arabic-Indic digits: int() takes them
         ([], "at least one rate"),
     ],
 )

@@ -9,6 +9,9 @@
 -- Returns {1, seconds, microseconds}: admitted, at that time on the server's clock;
 --         {0, us until every rate has room for the hit, the index of the rate that waits longest}
 -- Times are the server's clock in microseconds (TIME's own precision), exact in Lua's numbers.
+-- So are the cumulative weights: past REBASE_ABOVE, every entry's is counted from the base's
+-- again (a weight in the window is at most a limit, 10^12), so none ever nears 2^53.
+local REBASE_ABOVE = 1125899906842624 -- 2^50
 local cost = tonumber(ARGV[1])
 local clock = redis.call('TIME')
 -- A bucket has left the window when a period has passed since its latest hit.
@@ -35,8 +38,17 @@ for i, key in ipairs(KEYS) do
     local _, base_total = parsed(first)
     local last = redis.call('LINDEX', key, -1)
     local top_latest, top_total = parsed(last)
+    if top_total > REBASE_ABOVE then
+      for at, entry in ipairs(redis.call('LRANGE', key, 0, -1)) do
+        local latest, total = parsed(entry)
+        redis.call('LSET', key, at - 1, digits(latest) .. ' ' .. digits(total - base_total)
+          .. ' ' .. string.match(entry, '(%d+)$'))
+      end
+      top_total, base_total = top_total - base_total, 0
+    end
     base, top = base_total, top_total
-    tops[i] = {top_latest, top_total}
+    -- A list of the base alone takes a new bucket: a hit merged into the base is not counted.
+    tops[i] = {top_latest, top_total, second ~= false}
   end
   if top - base + cost > limit then
     -- The hit waits until enough of the oldest buckets have left the window.
@@ -66,7 +78,7 @@ for i, key in ipairs(KEYS) do
     -- A clock that stepped back never makes a hit older than the latest one recorded.
     local latest = math.max(now, top[1])
     local entry = digits(latest) .. ' ' .. digits(top[2] + cost) .. ' ' .. limit
-    if math.floor(top[1] / granule) == math.floor(latest / granule) then
+    if top[3] and math.floor(top[1] / granule) == math.floor(latest / granule) then
       redis.call('LSET', key, -1, entry)
     else
       redis.call('RPUSH', key, entry)
