@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import redis as redis_py
 
-from django_redis_lock import rate_limit
+from django_redis_lock import locks, rate_limit
 from django_redis_lock.backends import locmem
+from django_redis_lock.backends._redis.windows import PAGE
 from django_redis_lock.backends.base import Rate
 from django_redis_lock.backends.locmem import LocMemBackend
 from tests.support.clock import ManualClock
@@ -71,3 +72,14 @@ def test_locmem__nothing_is_kept_of_rate_limits_idle_a_period(
     kept = backend._rates
     assert list(kept._windows) == ["rl:user:new"]
     assert kept._next_retry == {}
+
+
+def test_listing__reads_page_after_page_and_misses_none() -> None:
+    backend = locks["default"]
+    names = [f"rl:page:{n}" for n in range(2 * PAGE + 1)]
+    for name in names:
+        assert backend.admit(name, [Rate(5, 60.0)]).admitted
+    listed = backend.iter_rate_limits("rl:page:*")
+    first = next(listed)
+    assert (first.used, str(first.rate)) == (1, "5/m")
+    assert sorted([first.name, *(info.name for info in listed)]) == sorted(names)

@@ -226,6 +226,7 @@ def rate_limits(using: str) -> None:
     assert [handle.acquire() for _ in range(3)] == [True, True, False]
     assert handle.acquire(cost=2) is False
     locks[using].schedule_retry("keys:rate", Rate(2, 1.0), 0.5)
+    assert [info.used for info in locks[using].iter_rate_limits("keys:rate")] == [2, 2]
 
 
 WORKLOADS = [

@@ -21,12 +21,14 @@ SCRIPT_NAMES = (
     "force_release",
     "withdraw",
     "rate",
+    "rate_read",
     "retry",
 )
 
 #: How many of a lock's keys each script is given (``lua/_prelude.lua`` lists them in order):
-#: every key it touches. acquire_all is given this many for each of its locks. (rate.lua and
-#: retry.lua, which keep rate limits, not locks, are given theirs by ``RedisRateLimits``.)
+#: every key it touches. acquire_all is given this many for each of its locks. (rate.lua,
+#: rate_read.lua and retry.lua, which keep rate limits, not locks, are given theirs by
+#: ``RedisRateLimits``.)
 KEY_COUNTS = {
     "acquire": 6,
     "acquire_all": 6,

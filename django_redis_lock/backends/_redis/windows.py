@@ -23,6 +23,9 @@ __all__ = ["RedisRateLimits"]
 
 _RATE = "}:r:"
 
+#: How many keys listing reads in one round trip.
+PAGE = 500
+
 
 class RedisRateLimits(RedisKeyspace):
     """Rate limits on the backend's Redis, through ``lua/rate.lua``."""
@@ -59,26 +62,36 @@ class RedisRateLimits(RedisKeyspace):
         return int(reply) / 1e6
 
     def iter_rate_limits(self, pattern: str = "*") -> Iterator[RateLimitInfo]:
+        # A page of keys at a time, as SCAN finds them: the listing of a keyspace with
+        # millions of rate limits starts at once and holds one page in memory.
         match = f"{glob_escape(self.key_prefix)}:{{={pattern}{_RATE}*"
         with self._errors(None):
-            keys = [
-                key if isinstance(key, bytes) else key.encode()
-                for key in self.client.scan_iter(match=match, count=500, _type="list")
-            ]
-            for start in range(0, len(keys), 500):
-                yield from self._read_rates(keys[start : start + 500])
+            page: list[bytes] = []
+            for key in self.client.scan_iter(match=match, count=PAGE, _type="list"):
+                page.append(key if isinstance(key, bytes) else key.encode())
+                if len(page) == PAGE:
+                    yield from self._read_rates(page)
+                    page = []
+            if page:
+                yield from self._read_rates(page)
 
     def _read_rates(self, keys: list[bytes]) -> Iterator[RateLimitInfo]:
-        seconds, micros = self.client.time()
-        now = seconds * 1_000_000 + micros
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.lrange(key, 0, -1)
-        for key, entries in zip(keys, pipe.execute(), strict=True):
+        # Each list with the clock of the server that keeps it (rate_read.lua), in one pipeline.
+        self._scripts.load(self.client, "rate_read")
+        replies = self._scripts.run_many(
+            self.client, "rate_read", [(k.decode(), []) for k in keys]
+        )
+        for key, reply in zip(keys, replies, strict=True):
+            if isinstance(reply, Exception):
+                raise reply
             text = key.decode("utf-8")
             name, _, period = text[len(self.key_prefix) + 3 :].rpartition(_RATE)
+            seconds, micros, *entries = reply
             if entries and period.isdigit():
-                yield _info(name, int(period) * 1000, [_entry(e) for e in entries], now)
+                now = int(seconds) * 1_000_000 + int(micros)
+                info = _info(name, int(period) * 1000, [_entry(e) for e in entries], now)
+                if info.used:  # not a rate whose hits have all left, but whose key lives on
+                    yield info
 
 
 def _admit_args(rates: Sequence[Rate], cost: int) -> list[int]:
