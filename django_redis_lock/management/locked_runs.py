@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management import get_commands
 from django.core.management.base import CommandError
 
-from ..exceptions import LockError, LockLostError
+from ..exceptions import LockError, LockLostError, LockNotOwnedError
 from ..handler import locks
 from ..listing import describe_holder, duration
 from ..lock import Lock
@@ -106,14 +106,20 @@ def run_locked(run: LockedRun, stderr: TextIO) -> int:
     try:
         status = run_child(run.child_argv, _child_env(run))
     finally:
+        lost = False
         try:
             held.release()
-        except LockLostError as exc:
-            # The command ran, but not alone for all of it: never report that as a success.
-            stderr.write(f"locked: {exc}\n")
-            status = status or 1
+        except (LockLostError, LockNotOwnedError) as exc:
+            # The lease ended while the command ran (a wrapper paused meanwhile finds it so
+            # only now); on_lost has said so, unless the hold was simply gone.
+            lost = True
+            if not held.lost:
+                stderr.write(f"locked: {exc}\n")
         except LockError as exc:  # the server did not answer: the lock ends with its lease
             stderr.write(f"locked: could not free the lock {run.lock_name!r}: {exc}\n")
+        if lost or held.lost:
+            # The command ran, but not alone for all of it: never report that as a success.
+            status = status or 1
     return status
 
 

@@ -176,6 +176,53 @@ def test_sigkill__the_child_dies_and_the_lock_ends_with_its_lease(
     assert time.monotonic() - killed < 2.5, "free within the lease"
 
 
+@pytest.mark.parametrize(
+    "command_ends", ["after-the-resume", "during-the-pause"], ids=lambda when: when
+)
+def test_sigstop__a_wrapper_paused_past_its_lease_is_told_of_the_loss_and_exits_1(
+    redis_url: str, prefix: str, tmp_path: Path, command_ends: str
+) -> None:
+    # The wrapper, not its command, is paused (a frozen host, a debugger): the lease ends, a
+    # second run takes the lock. The price of a lease is that overlap; the promise is that
+    # the first run is told, and that its success is not reported as one. Its renewal finds
+    # the loss, or, when the command ended meanwhile, its release does.
+    log = tmp_path / "runs.log"
+    seconds = "5" if command_ends == "after-the-resume" else "1.5"
+    first = locked(
+        redis_url,
+        prefix,
+        "--ttl",
+        "1",
+        "--",
+        "record_run",
+        "--log",
+        str(log),
+        "--seconds",
+        seconds,
+    )
+    eventually(lambda: log.exists() and "start" in log.read_text(), 30)
+    first.send_signal(signal.SIGSTOP)
+    try:
+        eventually(lambda: not held("command:record_run"), 5)
+        second = locked(
+            redis_url, prefix, "--", "record_run", "--log", str(log), "--seconds", "0.2"
+        )
+        assert finish([second])[0][0] == 0, "the lock was free: the second run ran"
+        if command_ends == "during-the-pause":
+            eventually(lambda: len(spans(log)) == 2, 10)
+        else:
+            assert len(spans(log)) == 1, "the first command still runs"
+    finally:
+        first.send_signal(signal.SIGCONT)
+    status, err = finish([first])[0]
+    assert status == 1, "a command that did not run alone all along never exits 0"
+    told = [line for line in err.splitlines() if line.startswith("locked: ")]
+    assert len(told) == 1, err
+    assert "locked: the lock 'command:record_run' was lost while record_run --log" in told[0]
+    assert len(spans(log)) == 2
+    assert not held("command:record_run")
+
+
 @pytest.mark.parametrize("code", [0, 1, 3])
 def test_exec__runs_a_program_and_passes_its_exit_status(
     redis_url: str, prefix: str, tmp_path: Path, code: int
