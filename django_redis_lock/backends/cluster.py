@@ -120,7 +120,13 @@ class RedisClusterBackend(RedisBackend):
         return call, reply
 
     def close(self) -> None:
-        self.client.close()
+        # Each node's idle connections; one in use (a renewal, a waiter) is left to finish,
+        # as close_client() does on one server. The client keeps its slot table.
+        cluster: Any = self.client
+        for node in cluster.get_nodes():
+            client = self.family.node_client(node)
+            if client is not None:
+                client.connection_pool.disconnect(inuse_connections=False)
 
     # lock_all: one script when every name lives in one slot -----------------------------------
 

@@ -222,6 +222,18 @@ def test_renewal__stops_at_release_and_never_revives_the_lock(using: str) -> Non
     assert all(lease.name != "live:stop" for lease in list(renewer._leases))
 
 
+def test_renewal__closing_the_backend_while_it_renews_never_costs_a_lease(using: str) -> None:
+    # override_settings(LOCKS=...) and locks.reset() close a backend whose locks other
+    # threads may still hold: what a renewal is using is not closed under it.
+    with lock("live:closed-under", ttl=0.3, using=using, raise_on_lost=False) as handle:
+        until = time.monotonic() + 3  # ten leases, each renewed while being closed
+        while time.monotonic() < until:
+            locks[using].close()
+            time.sleep(0.0005)
+        assert not handle.lost, "closing the backend cost a renewal its lease"
+        assert handle.owned()
+
+
 def test_renewal__an_unforeseen_error_is_retried_later_and_the_lease_end_told(
     using: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
