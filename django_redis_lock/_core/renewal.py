@@ -238,7 +238,13 @@ class Renewer:
             sent = time.monotonic()
             try:
                 backend.withdraw(undo.name, undo.owner, undo.keep(), undo.attempt)
-            except LockError:
+            except Exception as exc:  # retried until its lease would have ended (undo.until)
+                if not isinstance(exc, LockError):
+                    logger.warning(
+                        "Withdrawing an attempt on lock %r failed unexpectedly.",
+                        undo.name,
+                        exc_info=exc,
+                    )
                 # Again at once after a time-out (a frozen server runs it as it wakes), a
                 # little later after a quick refusal; the rest of the batch with it, as the
                 # server would not answer them either.
@@ -246,8 +252,6 @@ class Renewer:
                 for waiting in undos[position:]:
                     waiting.due = due
                 return
-            except Exception:
-                logger.exception("Could not withdraw an attempt on lock %r.", undo.name)
             with self._cond:
                 if undo in self._undos:
                     self._undos.remove(undo)

@@ -255,6 +255,29 @@ def test_renewal__an_unforeseen_error_is_retried_later_and_the_lease_end_told(
     assert "its lease ended while renewal failed: I/O operation on closed file." in caplog.text
 
 
+def test_withdrawal__an_unforeseen_error_is_retried_until_the_late_hold_is_gone(
+    using: str, backend: BaseLockBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An acquire whose reply never came may have taken the lock: its withdrawal must not be
+    # given up on after one odd failure, or the hold outlives its owner's interest for a ttl.
+    name = "live:late-hold"
+    late = AcquireRequest(ttl=30, metadata=META, attempt="attempt-1")
+    assert backend.acquire(name, "late-owner", late).acquired
+    original, calls = backend.withdraw, []
+
+    def failing_once(*args: Any) -> Any:
+        calls.append(args)
+        if len(calls) == 1:
+            raise ValueError("I/O operation on closed file.")
+        return original(*args)
+
+    monkeypatch.setattr(backend, "withdraw", failing_once)
+    until = time.monotonic() + 30
+    renewer.withdraw_later(backend, name, "late-owner", "attempt-1", keep=lambda: 0, until=until)
+    eventually(lambda: not backend.locked(name), timeout=5)
+    assert len(calls) == 2
+
+
 def test_renewal__one_round_trip_per_interval_for_many_locks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
