@@ -9,6 +9,7 @@ the views read the backends of ``LOCKS`` through :data:`~django_redis_lock.locks
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -123,10 +124,13 @@ class LockAdmin(ModelAdmin):
                 )
                 for row in rows
             ]
-        # Rate limits are few (only those with hits in a window are kept): the first page has
-        # them, of the aliases whose locks could be listed (the others are reported once).
+        # The first page shows the rate limits with hits in a window, of the aliases whose
+        # locks could be listed (the others are reported once): at most a page of them, as a
+        # rate limit per IP or per user may have thousands; a search narrows them.
         readable = [alias for alias in chosen if alias not in unlisted]
         rate_rows = [] if query.at else self.rate_rows(request, readable, query)
+        rates_capped = len(rate_rows) > self.list_per_page
+        rate_rows = rate_rows[: self.list_per_page]
         next_url = ""
         if next_at is not None:
             more = {"at": next_at, "cursor": next_cursor or "", "page": str(query.page + 1)}
@@ -139,6 +143,7 @@ class LockAdmin(ModelAdmin):
             "can_release": can_release,
             "rows": rows,
             "rate_rows": rate_rows,
+            "rates_capped": rates_capped,
             # "No held locks" is said only of aliases that were listed: an alias that could
             # not be listed may hold any number of locks.
             "unlisted": unlisted,
@@ -202,11 +207,17 @@ class LockAdmin(ModelAdmin):
     def rate_rows(
         self, request: HttpRequest, aliases: list[str], query: ListQuery
     ) -> list[RateRow]:
-        """Return a row per rate of each rate limit matching the query, on ``aliases``."""
+        """Return a row per rate of each rate limit matching the query, on ``aliases``.
+
+        At most one more than a page: the listing stops there, however many there are.
+        """
         rows: list[RateRow] = []
         for alias in aliases:
+            room = self.list_per_page + 1 - len(rows)
+            if room <= 0:
+                break
             try:
-                infos = list(locks[alias].iter_rate_limits(query.pattern))
+                infos = list(itertools.islice(locks[alias].iter_rate_limits(query.pattern), room))
             except (BackendUnavailableError, InvalidLockBackendError) as exc:
                 messages.error(
                     request, f"Rate limits on alias {alias!r} could not be listed: {exc}"

@@ -13,7 +13,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from django_redis_lock import rate_limit
+from django_redis_lock import locks, rate_limit
+from django_redis_lock.backends.base import Rate
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -152,6 +153,20 @@ def test_admin__rate_limits_follow_the_search_and_the_alias() -> None:
     assert names == ["api:a", "api:b"]
     one_alias = client.get(LIST_URL, {"alias": "locmem"}).context["rate_rows"]
     assert [row.info.name for row in one_alias] == ["api:b"]
+
+
+@pytest.mark.django_db
+def test_admin__a_rate_limit_per_ip_shows_a_page_of_them_and_says_so() -> None:
+    backend = locks["default"]
+    for n in range(80):  # more than the admin's page of 50
+        assert backend.admit(f"view:search:10.0.0.{n}", [Rate(5, 60.0)]).admitted
+    client = logged_in("view_lock")
+    response = client.get(LIST_URL)
+    assert len(response.context["rate_rows"]) == 50
+    assert "The first 50 rate limits are shown: search by name" in response.content.decode()
+    narrowed = client.get(LIST_URL, {"q": "view:search:10.0.0.1*"})
+    assert len(narrowed.context["rate_rows"]) == 11  # .1 and .10 to .19
+    assert "The first" not in narrowed.content.decode()
 
 
 @pytest.mark.django_db
