@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from django_redis_lock import lock, locks
+from django_redis_lock.testing import RedisServer
 from tests.support.helpers import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,6 +222,31 @@ def test_sigstop__a_wrapper_paused_past_its_lease_is_told_of_the_loss_and_exits_
     assert "locked: the lock 'command:record_run' was lost while record_run --log" in told[0]
     assert len(spans(log)) == 2
     assert not held("command:record_run")
+
+
+def test_frozen_redis__a_lease_that_ends_while_the_server_is_frozen_makes_a_success_exit_1(
+    own_server: RedisServer, prefix: str, tmp_path: Path
+) -> None:
+    # The server, not the wrapper, stops answering past the lease: renewal cannot keep it,
+    # and another run may take the lock once the server is back. The command goes on; its
+    # success is not reported as one.
+    log = tmp_path / "runs.log"
+    run = locked(
+        own_server.url, prefix, "--ttl", "1", "--", "record_run", "--log", str(log),
+        "--seconds", "5",
+    )  # fmt: skip
+    eventually(lambda: log.exists() and "start" in log.read_text(), 30)
+    own_server.pause()
+    try:
+        time.sleep(2.5)  # the lease ends on the server's clock meanwhile
+    finally:
+        own_server.resume()
+    status, err = finish([run])[0]
+    assert status == 1, err
+    told = [line for line in err.splitlines() if line.startswith("locked: ")]
+    assert len(told) == 1, err
+    assert "'command:record_run' was lost while record_run --log" in told[0]
+    assert len(spans(log)) == 1, "the command itself ran to its end"
 
 
 @pytest.mark.parametrize("code", [0, 1, 3])
