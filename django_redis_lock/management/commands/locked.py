@@ -96,16 +96,12 @@ class Command(BaseCommand):
                 name=options["name"],
                 wait=options["wait"],
                 timeout=validate_timeout(options["timeout"], argument="--timeout"),
-                ttl=None
-                if options["ttl"] is None
-                else validate_ttl(options["ttl"], argument="--ttl"),
+                ttl=_lease(options["ttl"]),
                 using=options["using"],
                 skip_exit_code=options["skip_exit_code"],
                 min_hold=validate_min_hold(options["min_hold"]),
             )
-        except InvalidLockArgumentError as exc:
-            raise CommandError(str(exc), returncode=2) from None
-        except CommandError as exc:
+        except (InvalidLockArgumentError, CommandError) as exc:  # a usage error: status 2
             raise CommandError(str(exc), returncode=2) from None
         status = run_locked(run, sys.stderr)
         if status:
