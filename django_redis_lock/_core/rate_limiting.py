@@ -88,8 +88,8 @@ def _parse(text: object, name: str | None) -> Rate:
         raise InvalidLockArgumentError(
             f"rate {text!r} must admit from 1 to {MAX_LIMIT} hits.", lock_name=name
         )
-    period = MAX_SECONDS + 1 if count is None else count * UNITS[unit]
-    if not 1 <= period <= MAX_SECONDS:
+    period = None if count is None else count * UNITS[unit]
+    if period is None or not 1 <= period <= MAX_SECONDS:
         raise InvalidLockArgumentError(
             f"rate {text!r} must have a period from 1 second to ten years.", lock_name=name
         )
