@@ -66,26 +66,23 @@ class RedisRateLimits(RedisKeyspace):
         # millions of rate limits starts at once and holds one page in memory.
         match = f"{glob_escape(self.key_prefix)}:{{={pattern}{_RATE}*"
         with self._errors(None):
-            page: list[bytes] = []
+            page: list[str] = []
             for key in self.client.scan_iter(match=match, count=PAGE, _type="list"):
-                page.append(key if isinstance(key, bytes) else key.encode())
+                page.append(key.decode() if isinstance(key, bytes) else key)
                 if len(page) == PAGE:
                     yield from self._read_rates(page)
                     page = []
             if page:
                 yield from self._read_rates(page)
 
-    def _read_rates(self, keys: list[bytes]) -> Iterator[RateLimitInfo]:
+    def _read_rates(self, keys: list[str]) -> Iterator[RateLimitInfo]:
         # Each list with the clock of the server that keeps it (rate_read.lua), in one pipeline.
         self._scripts.load(self.client, "rate_read")
-        replies = self._scripts.run_many(
-            self.client, "rate_read", [(k.decode(), []) for k in keys]
-        )
+        replies = self._scripts.run_many(self.client, "rate_read", [(key, []) for key in keys])
         for key, reply in zip(keys, replies, strict=True):
             if isinstance(reply, Exception):
                 raise reply
-            text = key.decode("utf-8")
-            name, _, period = text[len(self.key_prefix) + 3 :].rpartition(_RATE)
+            name, _, period = key[len(self.key_prefix) + 3 :].rpartition(_RATE)
             seconds, micros, *entries = reply
             if entries and period.isdigit():
                 now = int(seconds) * 1_000_000 + int(micros)
