@@ -204,8 +204,10 @@ def test_two_processes_same_key__one_200_one_409(
     try:
         assert pop("inside") == b"one"
         children.append(start("B", "one"))
-        # Retry-After is the holder's lease left, rounded up: 7s, or 6s on a slow machine.
-        assert pop("answers") in {b"B 409 7", b"B 409 6"}
+        # Retry-After is the holder's lease left, rounded up. Renewal gives the 7 s lease back
+        # whenever a third of it has passed, so what is left lies between 7 s and 2/3 of that:
+        # B answers 5, 6 or 7, whenever its process got to ask (spawning it takes seconds).
+        assert pop("answers") in {b"B 409 5", b"B 409 6", b"B 409 7"}
         # Another key runs beside the holder.
         children.append(start("C", "two"))
         assert pop("inside") == b"two"
