@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, TypeVar
@@ -66,6 +66,8 @@ class Quorum:
         self.clock_drift_factor = clock_drift_factor
         self._pools: list[ThreadPoolExecutor] | None = None
         self._outstanding: list[int] = []
+        #: The latest call on each master of each order (see fan()), while it runs.
+        self._latest: dict[tuple[int, Hashable], Future[Any]] = {}
         self._pool_pid = 0
         self._lock = threading.Lock()
         _quorums.add(self)
@@ -84,11 +86,14 @@ class Quorum:
                         for index in range(len(self.nodes))
                     ]
                     self._outstanding = [0] * len(self.nodes)
+                    self._latest = {}
                     self._pool_pid = os.getpid()
                 pools = self._pools
         return pools
 
-    def _submit(self, index: int, call: Callable[[RedisBackend], T]) -> Future[T]:
+    def _submit(
+        self, index: int, call: Callable[[RedisBackend], T], order: Hashable | None = None
+    ) -> Future[T]:
         # Each master has threads of its own, so one that does not answer ties up only its
         # own; past a few calls outstanding it is not asked at all until it answers again.
         pools = self._executors()
@@ -96,6 +101,11 @@ class Quorum:
             busy = self._outstanding[index] >= _THREADS_PER_MASTER
             if not busy:
                 self._outstanding[index] += 1
+                before = None if order is None else self._latest.get((index, order))
+                run = call if before is None else _after(before, call)
+                future = pools[index].submit(run, self.nodes[index])
+                if order is not None:
+                    self._latest[(index, order)] = future
         if busy:
             url = redact_url(self.nodes[index].url)
             refused: Future[T] = Future()
@@ -103,13 +113,14 @@ class Quorum:
                 BackendUnavailableError(f"Redis at {url} has not answered earlier calls yet.")
             )
             return refused
-        future = pools[index].submit(call, self.nodes[index])
-        future.add_done_callback(lambda _: self._answered_one(index))
+        future.add_done_callback(lambda done: self._answered_one(index, order, done))
         return future
 
-    def _answered_one(self, index: int) -> None:
+    def _answered_one(self, index: int, order: Hashable | None, done: Future[Any]) -> None:
         with self._lock:
             self._outstanding[index] -= 1
+            if order is not None and self._latest.get((index, order)) is done:
+                del self._latest[(index, order)]
 
     def fan(
         self,
@@ -118,6 +129,7 @@ class Quorum:
         nodes: Sequence[int] | None = None,
         bounded: bool = True,
         decided: Callable[[list[T | Failed]], bool] | None = None,
+        order: Hashable | None = None,
     ) -> list[T | Failed]:
         """Run ``call`` on every master (or those at ``nodes``) at once; return the outcomes.
 
@@ -125,10 +137,16 @@ class Quorum:
         the per-master timeouts, is a :class:`Failed`; any other error propagates. Given
         ``decided`` (true of the answers so far once they settle the outcome), the masters
         that have not answered by then are not waited for, and count as failed.
+
+        Such a call runs on, and the next fan-out may reach that master before it does: on
+        another of its threads and connections. Calls of one ``order`` (a lock's name) reach
+        each master in the order they were made: one waits for the call before it there. So
+        a release that ran late never frees its owner's next hold, and an acquire that ran
+        late never comes after the reentry that counts on it.
         """
         chosen = range(len(self.nodes)) if nodes is None else nodes
         started = time.monotonic()
-        futures = {self._submit(index, call): index for index in chosen}
+        futures = {self._submit(index, call, order): index for index in chosen}
         deadline = started + self.bound if bounded else None
         pending = set(futures)
         while pending:
@@ -156,9 +174,11 @@ class Quorum:
             outcomes.append(self._outcome(future))
         return outcomes
 
-    def ask(self, call: Callable[[RedisBackend], T]) -> list[T | Failed]:
+    def ask(
+        self, call: Callable[[RedisBackend], T], order: Hashable | None = None
+    ) -> list[T | Failed]:
         """:meth:`fan` ``call`` out until a majority confirm (a number) or deny (None)."""
-        return self.fan(call, decided=self.settled)
+        return self.fan(call, decided=self.settled, order=order)
 
     def _outcome(self, future: Future[Any]) -> Any:
         """Return what a master answered, or a :class:`Failed` for one that failed."""
@@ -266,6 +286,20 @@ class Quorum:
         if pools is not None and self._pool_pid == os.getpid():
             for pool in pools:
                 pool.shutdown(wait=False)
+
+
+def _after(before: Future[Any], call: Callable[[RedisBackend], T]) -> Callable[[RedisBackend], T]:
+    """Return ``call``, to be run once the call ``before`` it on the same master has ended.
+
+    That one was submitted first to the same pool, so it runs already, or before this: the
+    wait never holds up what it waits for. It ends within its own socket timeout.
+    """
+
+    def run(node: RedisBackend) -> T:
+        wait_futures([before])
+        return call(node)
+
+    return run
 
 
 #: Every Quorum of this process, so that a forked child can renew their locks.

@@ -206,7 +206,9 @@ class RedlockBackend(BaseLockBackend):
         started = time.monotonic()
         plain = dataclasses.replace(request, wait=0.0, fair=False, claim=False, attempt=try_id)
         outcomes = self._masters.fan(
-            lambda node: node.acquire(name, owner, plain), decided=self._acquire_settled
+            lambda node: node.acquire(name, owner, plain),
+            decided=self._acquire_settled,
+            order=name,
         )
         elapsed = time.monotonic() - started
         grants = [o for o in outcomes if isinstance(o, AcquireResult) and o.acquired]
@@ -265,7 +267,7 @@ class RedlockBackend(BaseLockBackend):
         self, name: str, owner: str, request: ReleaseRequest = ReleaseRequest()
     ) -> int | None:
         # Each master keeps the window on its own clock, from its own record of the acquire.
-        outcomes = self._masters.ask(lambda node: node.release(name, owner, request))
+        outcomes = self._masters.ask(lambda node: node.release(name, owner, request), name)
         left = self._masters.majority(outcomes, name)
         if left is None or left == 0:
             self._forget(name, owner)
@@ -282,7 +284,7 @@ class RedlockBackend(BaseLockBackend):
     ) -> float | None:
         started = time.monotonic()
         outcomes = self._masters.ask(
-            lambda node: node.extend(name, owner, ttl, replace=replace, metadata=metadata)
+            lambda node: node.extend(name, owner, ttl, replace=replace, metadata=metadata), name
         )
         left = self._masters.majority(outcomes, name)
         return self._masters.lease_left(left, time.monotonic() - started)
@@ -331,7 +333,7 @@ class RedlockBackend(BaseLockBackend):
             last, last_ttl = self._tries.get(name, owner) or ("", ttl)
             if last.startswith(f"{attempt}~"):
                 attempt, ttl = last, last_ttl
-        outcomes = self._masters.ask(lambda node: node.withdraw(name, owner, holds, attempt))
+        outcomes = self._masters.ask(lambda node: node.withdraw(name, owner, holds, attempt), name)
         if attempt:  # a master that did not answer may run the try late: it is owed this
             self._withdrawals.unanswered(Try(name, owner, holds, attempt, ttl), outcomes)
         left = sorted(self._masters.answered(outcomes, name), reverse=True)[self.quorum - 1]
@@ -356,7 +358,7 @@ class RedlockBackend(BaseLockBackend):
         return renewed
 
     def force_release(self, name: str, owner: str | None = None) -> int:
-        outcomes = self._masters.ask(lambda node: node.force_release(name, owner))
+        outcomes = self._masters.ask(lambda node: node.force_release(name, owner), name)
         self._forget(name, owner)
         return int(sorted(self._masters.answered(outcomes, name), reverse=True)[self.quorum - 1])
 

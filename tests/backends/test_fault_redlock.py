@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -150,6 +151,65 @@ def test_an_earlier_try_run_late__its_withdrawal_leaves_the_later_hold(
             node.withdraw(name, "holder", 0, earlier.attempt)
         assert handle.locked()
     assert not handle.lost
+
+
+def run_first_call_late(
+    monkeypatch: pytest.MonkeyPatch, node: object, method: str, seconds: float
+) -> threading.Event:
+    """Make the first ``method`` call on ``node`` start ``seconds`` late, as when its thread
+    waits for a core on a loaded machine; return an event set once that call has run."""
+    original, ran, calls = getattr(node, method), threading.Event(), itertools.count()
+
+    def late(*args: object, **kwargs: object) -> object:
+        if next(calls):  # not the first
+            return original(*args, **kwargs)
+        time.sleep(seconds)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            ran.set()
+
+    monkeypatch.setattr(node, method, late)
+    return ran
+
+
+def test_a_release_run_late__never_frees_the_owners_next_hold(
+    redlock: RedlockBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The release is settled by the two masters that answered; the third runs it late. The
+    # owner's next acquire must reach that master after it, not overtake it and be freed by
+    # it: else the owner holds one master fewer than it counts on, without being told.
+    name = "fault:late-release"
+    handle = lock(name, ttl=30, owner="holder")
+    handle.acquire()
+    eventually(lambda: all(node.ttl(name, "holder") for node in redlock.nodes))
+    ran = run_first_call_late(monkeypatch, redlock.nodes[0], "release", 0.3)
+    handle.release()
+    handle.acquire()
+    assert ran.wait(5)
+    eventually(lambda: all(node.ttl(name, "holder") for node in redlock.nodes))
+    time.sleep(0.2)  # nothing late is left to free it
+    assert [bool(node.ttl(name, "holder")) for node in redlock.nodes] == [True] * 3
+    handle.release()
+    assert not handle.locked()
+
+
+def test_an_acquire_run_late__the_next_reentry_counts_on_it_on_every_master(
+    redlock: RedlockBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first acquire is settled by two masters; the third runs it late. A reentrant
+    # acquire must reach that master after it: each master counts two holds.
+    name = "fault:late-acquire"
+    ran = run_first_call_late(monkeypatch, redlock.nodes[0], "acquire", 0.3)
+    request = AcquireRequest(ttl=30, metadata="{}")
+    assert redlock.acquire(name, "holder", request).acquired
+    assert redlock.acquire(name, "holder", request).holds == 2
+    assert ran.wait(5)
+    time.sleep(0.2)  # the reentry has reached that master too
+    assert [[i.holds for i in node.lock_info(name)] for node in redlock.nodes] == [[2]] * 3
+    assert redlock.release(name, "holder") == 1
+    assert redlock.release(name, "holder") == 0
+    assert not redlock.locked(name)
 
 
 @pytest.fixture
