@@ -188,7 +188,8 @@ def test_sigstop__a_wrapper_paused_past_its_lease_is_told_of_the_loss_and_exits_
     # the first run is told, and that its success is not reported as one. Its renewal finds
     # the loss, or, when the command ended meanwhile, its release does.
     log = tmp_path / "runs.log"
-    seconds = "5" if command_ends == "after-the-resume" else "1.5"
+    # Long enough that the command outlasts the second run's start on a loaded machine.
+    seconds = "15" if command_ends == "after-the-resume" else "1.5"
     first = locked(
         redis_url,
         prefix,
@@ -201,21 +202,22 @@ def test_sigstop__a_wrapper_paused_past_its_lease_is_told_of_the_loss_and_exits_
         "--seconds",
         seconds,
     )
-    eventually(lambda: log.exists() and "start" in log.read_text(), 30)
-    first.send_signal(signal.SIGSTOP)
-    try:
-        eventually(lambda: not held("command:record_run"), 5)
-        second = locked(
-            redis_url, prefix, "--", "record_run", "--log", str(log), "--seconds", "0.2"
-        )
-        assert finish([second])[0][0] == 0, "the lock was free: the second run ran"
-        if command_ends == "during-the-pause":
-            eventually(lambda: len(spans(log)) == 2, 10)
-        else:
-            assert len(spans(log)) == 1, "the first command still runs"
-    finally:
-        first.send_signal(signal.SIGCONT)
-    status, err = finish([first])[0]
+    with first:  # waited for, its pipes closed, whatever the test finds
+        eventually(lambda: log.exists() and "start" in log.read_text(), 30)
+        first.send_signal(signal.SIGSTOP)
+        try:
+            eventually(lambda: not held("command:record_run"), 5)
+            second = locked(
+                redis_url, prefix, "--", "record_run", "--log", str(log), "--seconds", "0.2"
+            )
+            assert finish([second])[0][0] == 0, "the lock was free: the second run ran"
+            if command_ends == "during-the-pause":
+                eventually(lambda: len(spans(log)) == 2, 10)
+            else:
+                assert len(spans(log)) == 1, "the first command still runs"
+        finally:
+            first.send_signal(signal.SIGCONT)
+        status, err = finish([first])[0]
     assert status == 1, "a command that did not run alone all along never exits 0"
     told = [line for line in err.splitlines() if line.startswith("locked: ")]
     assert len(told) == 1, err
