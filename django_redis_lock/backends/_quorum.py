@@ -73,22 +73,21 @@ class Quorum:
         _quorums.add(self)
 
     def _executors(self) -> list[ThreadPoolExecutor]:
+        # Called with self._lock held: a close() in another thread then never shuts down the
+        # pools a call is being submitted to (it swaps them out under the same lock).
         pools = self._pools
         if pools is None or self._pool_pid != os.getpid():
-            with self._lock:
-                if self._pools is None or self._pool_pid != os.getpid():
-                    # A forked child has none of its parent's threads: it builds its own pools.
-                    self._pools = [
-                        ThreadPoolExecutor(
-                            max_workers=_THREADS_PER_MASTER,
-                            thread_name_prefix=f"django-redis-lock-redlock-{index}",
-                        )
-                        for index in range(len(self.nodes))
-                    ]
-                    self._outstanding = [0] * len(self.nodes)
-                    self._latest = {}
-                    self._pool_pid = os.getpid()
-                pools = self._pools
+            # A forked child has none of its parent's threads: it builds its own pools.
+            pools = self._pools = [
+                ThreadPoolExecutor(
+                    max_workers=_THREADS_PER_MASTER,
+                    thread_name_prefix=f"django-redis-lock-redlock-{index}",
+                )
+                for index in range(len(self.nodes))
+            ]
+            self._outstanding = [0] * len(self.nodes)
+            self._latest = {}
+            self._pool_pid = os.getpid()
         return pools
 
     def _submit(
@@ -96,8 +95,8 @@ class Quorum:
     ) -> Future[T]:
         # Each master has threads of its own, so one that does not answer ties up only its
         # own; past a few calls outstanding it is not asked at all until it answers again.
-        pools = self._executors()
         with self._lock:
+            pools = self._executors()
             busy = self._outstanding[index] >= _THREADS_PER_MASTER
             if not busy:
                 self._outstanding[index] += 1
@@ -118,7 +117,8 @@ class Quorum:
 
     def _answered_one(self, index: int, order: Hashable | None, done: Future[Any]) -> None:
         with self._lock:
-            self._outstanding[index] -= 1
+            # Never below 0: a call of pools that close() swapped out may end after new ones.
+            self._outstanding[index] = max(0, self._outstanding[index] - 1)
             if order is not None and self._latest.get((index, order)) is done:
                 del self._latest[(index, order)]
 
