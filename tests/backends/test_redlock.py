@@ -420,19 +420,22 @@ def test_extend_and_ttl__the_majority_decides(redlock: RedlockBackend) -> None:
     started = time.monotonic()
     for node, seconds in zip(redlock.nodes, [50, 10, 40, 20, 30], strict=True):
         node.extend("ttl", "me", seconds, replace=True)
-    read = time.monotonic()
-    ttl = redlock.ttl("ttl", "me")
-    low, high = left(30, time.monotonic() - started)  # the third longest
-    assert ttl is not None
-    assert low <= ttl <= high
+    # Any holder's lease hears every master: the third longest of the five.
     longest = redlock.ttl("ttl")
+    low, high = left(30, time.monotonic() - started)
     assert longest is not None
-    # The same lease, read again: shorter by the time between the two reads at most.
-    assert ttl - (time.monotonic() - read) - 0.01 <= longest <= ttl + 0.01
+    assert low <= longest <= high
+    # The owner's is settled once a majority answered: the third longest of those that had
+    # by then, 30 s when all five had, less when a loaded machine's slowest had not; never
+    # more than a majority hold (not 40 or 50).
+    ttl = redlock.ttl("ttl", "me")
+    spent = time.monotonic() - started
+    assert ttl is not None
+    assert left(10, spent)[0] <= ttl <= left(30, spent)[1]
     extended = redlock.extend("ttl", "me", 5)
-    low, high = left(35, time.monotonic() - started)
+    spent = time.monotonic() - started
     assert extended is not None
-    assert low <= extended <= high
+    assert left(15, spent)[0] <= extended <= left(35, spent)[1]
 
     held = lock("extend", using="redlock", ttl=10)
     held.acquire()
