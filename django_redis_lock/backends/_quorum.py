@@ -30,8 +30,10 @@ T = TypeVar("T")
 #: Calls that may wait on one master at once; past that, it counts as not answering.
 _THREADS_PER_MASTER = 8
 
-#: The longest a settled call waits for the masters that have not answered yet (seconds).
-_GRACE = 0.005
+#: How long a settled call waits for the masters that have not answered yet (seconds): a
+#: healthy master whose thread waited for a core answers within it, so every master's grant
+#: (and fencing token) is heard; a frozen master costs no more than this.
+_GRACE = 0.025
 
 
 def answer(left: float | LockError | None) -> float | Failed | None:
@@ -159,9 +161,9 @@ class Quorum:
                 and pending
                 and decided([self._outcome(f) for f in futures if f.done()])
             ):
-                # Settled. The others get as long again as the quorum took (a few ms at
-                # most), so healthy masters all answer, and a frozen one costs no more.
-                wait_futures(pending, timeout=min(_GRACE, time.monotonic() - started))
+                # Settled. The others get a moment more, which healthy masters need on a
+                # loaded machine: the call returns as soon as they have all answered.
+                wait_futures(pending, timeout=_GRACE)
                 break
         outcomes: list[T | Failed] = []
         for future, index in futures.items():
